@@ -1,0 +1,1 @@
+"""Composition root: configs, the CLI, wiring engine + storage + ui."""

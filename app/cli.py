@@ -1,0 +1,59 @@
+"""`dflash-studio` command line. Each command lives in its own module with a ``register``
+function; named engine/storage errors become one clear line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Each module defines register(subparsers) and sets a ``func`` default on its parser.
+COMMAND_MODULES = (
+    "app.cmd_serve",
+    "app.cmd_generate",
+    "app.cmd_bench",
+    "app.cmd_train",
+    "app.cmd_sessions",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dflash-studio",
+        description="A local coding assistant that uses, and shows, DFlash speculative decoding.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # command not built yet
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        argv = ["serve", *argv]  # `dflash-studio` alone runs the app
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 1
+    from engine.errors import DFlashError
+
+    try:
+        return int(args.func(args) or 0)
+    except DFlashError as exc:
+        print(f"dflash-studio: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dflash-studio: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

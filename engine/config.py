@@ -1,0 +1,62 @@
+"""One config dataclass per concern, validated once at the edge (``validate()``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import InvalidRequestError
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Which models to load and where. ``None`` target/draft means the embedded tiny coder."""
+
+    target: str | None = None  # local directory or hub repo id
+    draft: str | None = None  # local directory, hub repo id, or "repo/subfolder" (e.g. MiMo's dflash/)
+    device: str | None = None  # None: cuda if available, else cpu
+    dtype: str | None = None  # None: bfloat16 on cuda, float32 on cpu
+    speculative: bool = True  # False: load no draft at all
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Per-request generation settings."""
+
+    max_new_tokens: int = 256
+    block_size: int | None = None  # None: the draft's own block size
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+
+    def validate(self, max_block_size: int | None = None) -> "SamplingConfig":
+        problems = []
+        if not (1 <= self.max_new_tokens <= 32768):
+            problems.append(f"max_new_tokens must be between 1 and 32768 (got {self.max_new_tokens})")
+        if self.block_size is not None:
+            upper = max_block_size or 64
+            if not (1 <= self.block_size <= upper):
+                problems.append(f"block_size must be between 1 and {upper} (got {self.block_size})")
+        if not (0.0 <= self.temperature <= 5.0):
+            problems.append(f"temperature must be between 0 and 5 (got {self.temperature})")
+        if not (0.0 < self.top_p <= 1.0):
+            problems.append(f"top_p must be in (0, 1] (got {self.top_p})")
+        if self.top_k < 0:
+            problems.append(f"top_k must be 0 (off) or positive (got {self.top_k})")
+        if problems:
+            raise InvalidRequestError("; ".join(problems))
+        return self
+
+
+@dataclass(frozen=True)
+class FallbackConfig:
+    """Dynamic fallback: choose the next block size from {full, reduced, 1} by expected speed."""
+
+    enabled: bool = True
+    reduced_block_size: int = 4
+    window: int = 8  # cycles in the rolling estimate of tau per block size
+    hysteresis: float = 1.10  # switch only when the expected gain is >= 10 %
+    probe_every: int = 24  # cycles spent below full before probing full again
+    probe_cycles: int = 4
+    min_cycles_before_switch: int = 4
+    preset: str | None = None  # "code" | "math" | "agent": the seeds' fixed tau thresholds

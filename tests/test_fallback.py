@@ -1,0 +1,341 @@
+"""The dynamic-fallback policy on scripted acceptance and timing sequences (pure, no torch).
+
+A "run length" r is how many drafts the target would accept with an unlimited block; a cycle at
+block b then accepts min(r, b - 1), which is exactly the censoring the policy sees. Timings come
+from one fixed cost model: a cycle at block b costs 4 ms of draft plus (20 + 2b) ms of verify, a
+plain step 22 ms (so block 8 = 40 ms, block 4 = 32 ms, and the prior for a plain step before one
+is measured is 36 / 1.5 = 24 ms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from engine.config import FallbackConfig
+from engine.events import FallbackDecision
+from engine.fallback import (
+    PRESET_THRESHOLDS,
+    AdaptivePolicy,
+    FallbackPolicy,
+    FixedPolicy,
+    expected_tau,
+    interpolate,
+    make_policy,
+    preset_threshold,
+    reduced_size,
+)
+
+FULL = 8
+CONFIG = FallbackConfig()  # reduced 4, window 8, hysteresis 1.10, probe every 24 for 4, min 4
+
+
+def timing(block: int) -> tuple[float, float]:
+    """(draft_ms, verify_ms) of one cycle at ``block``; block 1 is a plain step (no draft)."""
+    return (0.0, 22.0) if block == 1 else (4.0, 20.0 + 2.0 * block)
+
+
+def drive(policy, run_lengths, timing=timing):
+    """Feed one cycle per run length; returns [(block used, decision)]."""
+    trace = []
+    for r in run_lengths:
+        block = policy.block_size
+        decision = policy.observe(block, min(r, block - 1), *timing(block))
+        trace.append((block, decision))
+    return trace
+
+
+def blocks(trace) -> list[int]:
+    return [block for block, _ in trace]
+
+
+def changes(trace) -> list[tuple[int, int]]:
+    return [(block, d.next_block_size) for block, d in trace if d.changed]
+
+
+def policy(**overrides) -> AdaptivePolicy:
+    made = make_policy(replace(CONFIG, **overrides), FULL)
+    assert isinstance(made, AdaptivePolicy)
+    return made
+
+
+# --- pure helpers ----------------------------------------------------------------------------
+
+
+def test_expected_tau_censors_at_the_smaller_block():
+    assert expected_tau([0, 3, 7], 8) == pytest.approx((1 + 4 + 8) / 3)
+    assert expected_tau([0, 3, 7], 4) == pytest.approx((1 + 4 + 4) / 3)
+    assert expected_tau([0, 3, 7], 1) == 1.0
+
+
+def test_interpolate_is_piecewise_linear_and_extends_the_end_segments():
+    points = {1: 24.0, 8: 40.0}
+    assert interpolate(points, 1) == 24.0
+    assert interpolate(points, 4) == pytest.approx(24.0 + 16.0 * 3 / 7)
+    assert interpolate({1: 20.0, 3: 30.0}, 8) == pytest.approx(55.0)  # beyond: last slope
+    assert interpolate({4: 32.0}, 8) == 32.0
+
+
+def test_reduced_size_and_preset_thresholds():
+    assert reduced_size(4, 8) == 4
+    assert reduced_size(4, 4) == 3
+    assert reduced_size(4, 2) is None
+    assert PRESET_THRESHOLDS == {"code": 6.0, "math": 5.0, "agent": 4.0}
+    assert preset_threshold("code", 16) == 6.0
+    assert preset_threshold("code", 4) == 3.0  # quoted for blocks of 8, scaled below
+    with pytest.raises(ValueError, match="unknown fallback preset"):
+        make_policy(replace(CONFIG, preset="poetry"), FULL)
+
+
+def test_cost_prior_is_replaced_by_measurements():
+    p = policy()
+    p.observe(8, 7, *timing(8))
+    assert p.stats.cost(8) == 40.0
+    assert p.stats.cost(1) == pytest.approx(36.0 / 1.5)  # prior: verify of full / 1.5
+    assert p.stats.cost(4) == pytest.approx(24.0 + 16.0 * 3 / 7)  # interpolated
+    p.stats.record(1, 0, *timing(1))
+    assert p.stats.cost(1) == 22.0
+
+
+# --- make_policy and FixedPolicy ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("config", "max_block"), [(replace(CONFIG, enabled=False), 8), (CONFIG, 1)])
+def test_fixed_policy_never_changes(config, max_block):
+    p = make_policy(config, max_block)
+    assert isinstance(p, FixedPolicy) and isinstance(p, FallbackPolicy)
+    assert (p.block_size, p.state) == (max_block, "fixed")
+    for r in [0] * 50 + [7] * 50:
+        assert p.observe(max_block, min(r, max_block - 1), 5.0, 50.0) == FallbackDecision(max_block, "fixed")
+    assert p.observe(1, 0, 0.0, 22.0) == FallbackDecision(max_block, "fixed")  # shrunk last block
+
+
+def test_adaptive_policy_starts_full():
+    p = make_policy(CONFIG, FULL)
+    assert isinstance(p, FallbackPolicy)
+    assert (p.block_size, p.state) == (FULL, "full")
+
+
+# --- the cost-model rule -----------------------------------------------------------------------
+
+
+def test_stays_full_when_acceptance_is_high():
+    trace = drive(policy(), [7] * 100)
+    assert set(blocks(trace)) == {8}
+    assert all(d == FallbackDecision(8, "full") for _, d in trace)
+
+
+def test_drops_to_reduced_when_tau_is_low_and_reduced_is_faster():
+    # r = 1: tau 2 at both sizes; block 8 costs 40 ms, block 4 ~31 ms (prior), so 4 wins by 30 %.
+    trace = drive(policy(), [1] * (3 + CONFIG.probe_every))  # up to, not into, the first probe
+    assert changes(trace) == [(8, 4)]
+    index = next(i for i, (_, d) in enumerate(trace) if d.changed)
+    assert index == CONFIG.min_cycles_before_switch - 1  # not before enough cycles
+    decision = trace[index][1]
+    assert decision.state == "reduced" and decision.next_block_size == 4
+    assert "τ 2.0 over last 4 cycles" in decision.reason and "8 → 4" in decision.reason
+    assert "1.2× → 1.6× over plain decoding" in decision.reason
+    assert set(blocks(trace)[index + 1 :]) == {4}  # and the measured cost of 4 keeps it there
+
+
+def test_turns_off_when_drafting_never_pays():
+    trace = drive(policy(), [0] * 20)
+    assert changes(trace) == [(8, 1)]
+    decision = next(d for _, d in trace if d.changed)
+    assert decision.state == "off"
+    assert "8 → 1 (speculation off)" in decision.reason
+    assert set(blocks(trace)[CONFIG.min_cycles_before_switch :]) == {1}
+
+
+def test_reduced_turns_off_when_it_stops_paying():
+    # r = 1 sends 8 -> 4; then a slower reduced verify (block 4 at 60 ms) makes plain faster.
+    slow_four = lambda b: (4.0, 56.0) if b == 4 else timing(b)  # noqa: E731
+    p = policy()
+    drive(p, [1] * 4)
+    assert p.block_size == 4
+    trace = drive(p, [1] * 10, timing=slow_four)
+    assert changes(trace) == [(4, 1)]
+    assert "τ 2.0 over last 4 cycles at block 4; block 4 → 1" in next(d.reason for _, d in trace if d.changed)
+
+
+# A borderline sequence: over the rolling window, reduced is between 1 % slower and 4 % faster
+# than full, crossing break-even again and again but never by the 10 % margin.
+BORDERLINE = [4, 3, 5, 4, 4, 5, 3, 4, 4, 5, 4, 3, 5] * 20
+
+
+def test_borderline_sequence_straddles_break_even_within_the_margin():
+    p = policy(hysteresis=100.0)  # never switches: just watch the estimates
+    ratios = []
+    for r in BORDERLINE:
+        assert not drive(p, [r])[0][1].changed
+        ratios.append(p.stats.speedup(4) / p.stats.speedup(8))
+    decided = ratios[CONFIG.min_cycles_before_switch - 1 :]  # the ones the policy acts on
+    assert min(decided) < 1.0 < max(decided) < CONFIG.hysteresis
+
+
+def test_hysteresis_prevents_flapping_on_a_borderline_sequence():
+    steady = drive(policy(), BORDERLINE)
+    assert changes(steady) == []
+    eager = drive(policy(hysteresis=1.0), BORDERLINE)
+    assert changes(eager)  # the same sequence does move without the margin
+
+
+def test_down_only_between_probes():
+    """Low acceptance then recovery: reduced stays reduced until the probe, never earlier."""
+    p = policy()
+    trace = drive(p, [1] * 4 + [7] * (CONFIG.probe_every - 1))
+    assert changes(trace) == [(8, 4)]
+    assert blocks(trace)[4:] == [4] * (CONFIG.probe_every - 1)
+
+
+# --- probes ------------------------------------------------------------------------------------
+
+
+def test_probe_returns_to_full_when_acceptance_recovered():
+    p = policy()
+    trace = drive(p, [1] * 4 + [7] * 200)
+    assert changes(trace) == [(8, 4), (4, 8)]
+    probe = [d for _, d in trace if d.changed][1]
+    assert "probe after 24 cycles below full; block 4 → 8 for 4 cycles" in probe.reason
+    probe_start = 4 + CONFIG.probe_every
+    assert blocks(trace)[4:probe_start] == [4] * CONFIG.probe_every
+    assert set(blocks(trace)[probe_start:]) == {8}
+    assert all(d == FallbackDecision(8, "full") for _, d in trace[probe_start:])
+
+
+def test_probe_goes_back_down_when_full_does_not_beat_the_lower_mode():
+    p = policy()
+    trace = drive(p, [1] * 80)
+    probe_len, period = CONFIG.probe_cycles, CONFIG.probe_every + CONFIG.probe_cycles
+    assert changes(trace) == [(8, 4)] + [(4, 8), (8, 4)] * 2
+    back = [d for _, d in trace if d.changed][2]
+    assert back.reason.startswith("probe: τ 2.0 over last 4 cycles at block 8; block 8 → 4")
+    assert back.state == "reduced"
+    assert blocks(trace)[4 + CONFIG.probe_every :][:period] == [8] * probe_len + [4] * CONFIG.probe_every
+
+
+def test_probe_from_off_comes_back_when_acceptance_recovered():
+    p = policy()
+    trace = drive(p, [0] * 4 + [0] * CONFIG.probe_every + [6] * 40)
+    assert changes(trace) == [(8, 1), (1, 8)]
+    assert p.stats.cost(1) == 22.0  # measured while off, replacing the prior
+    assert p.block_size == 8 and p.state == "full"
+
+
+def test_probe_from_off_returns_off_when_drafting_still_does_not_pay():
+    trace = drive(policy(), [0] * 70)
+    assert changes(trace) == [(8, 1), (1, 8), (8, 1), (1, 8), (8, 1)]
+
+
+def test_probe_can_land_on_reduced_when_coming_back_from_off():
+    # Off at r = 0; the probe then sees r = 1, where block 4 beats both full and plain.
+    trace = drive(policy(), [0] * (4 + CONFIG.probe_every) + [1] * 10)
+    assert changes(trace) == [(8, 1), (1, 8), (8, 4)]
+
+
+def test_probes_can_be_disabled():
+    trace = drive(policy(probe_every=0), [1] * 4 + [7] * 200)
+    assert changes(trace) == [(8, 4)]
+
+
+# --- presets (the seeds' simple rule) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("preset", "run_length", "expected"),
+    [
+        ("code", 5, 8),  # tau 6 >= 6
+        ("code", 4, 4),  # tau 5 < 6
+        ("math", 4, 8),  # tau 5 >= 5
+        ("math", 3, 4),  # tau 4 < 5
+        ("agent", 3, 8),  # tau 4 >= 4
+        ("agent", 2, 4),  # tau 3 < 4
+        ("agent", 0, 1),  # tau 1: speculation stops paying, off
+    ],
+)
+def test_presets_on_scripted_tau(preset, run_length, expected):
+    p = policy(preset=preset)
+    trace = drive(p, [run_length] * 20)
+    assert p.block_size == expected
+    if expected != FULL:
+        (change,) = [d for _, d in trace if d.changed]
+        assert f"< the {preset} preset's {PRESET_THRESHOLDS[preset]:g}" in change.reason
+        assert f"block 8 → {expected}" in change.reason
+
+
+def test_code_preset_degrades_where_the_cost_model_would_not():
+    # tau 5 at block 8: 3.0x expected at full vs 3.1x at reduced, within the hysteresis.
+    assert changes(drive(policy(), [4] * 20)) == []
+    assert changes(drive(policy(preset="code"), [4] * 20)) == [(8, 4)]
+
+
+def test_preset_probes_back_up_when_tau_recovers():
+    p = policy(preset="code")
+    trace = drive(p, [3] * 4 + [7] * (CONFIG.probe_every + 20))
+    assert changes(trace) == [(8, 4), (4, 8)]
+    assert p.block_size == 8
+
+
+def test_preset_probe_falls_back_when_tau_stays_below_threshold():
+    trace = drive(policy(preset="code"), [4] * 40)
+    assert changes(trace) == [(8, 4), (4, 8), (8, 4)]
+    back = [d for _, d in trace if d.changed][-1]
+    assert back.reason.startswith("probe: τ 5.0 over last 4 cycles at block 8 (< the code preset's 6); block 8 → 4")
+
+
+# --- decisions and the decode loop's shrunk last block -----------------------------------------
+
+
+SCENARIOS = [[7] * 60, [1] * 80, [0] * 70, [1] * 4 + [7] * 60, BORDERLINE[:120], [0] * 28 + [1] * 20]
+
+
+@pytest.mark.parametrize("preset", [None, "code", "agent"])
+def test_every_change_has_a_reason_naming_the_block_sizes(preset):
+    for script in SCENARIOS:
+        p = policy(preset=preset)
+        previous = p.block_size
+        for block, decision in drive(p, script):
+            assert block == previous
+            if decision.changed:
+                assert decision.next_block_size != previous
+                assert f"block {previous} → {decision.next_block_size}" in decision.reason
+            else:
+                assert decision.next_block_size == previous and decision.reason == ""
+            assert decision.state == {8: "full", 4: "reduced", 1: "off"}[decision.next_block_size]
+            previous = decision.next_block_size
+
+
+def test_shrunk_last_block_is_recorded_but_is_no_mode_cycle():
+    p = policy()
+    drive(p, [1] * 3)
+    decision = p.observe(3, 1, *timing(3))  # the loop shrank the block to fit max_new_tokens
+    assert decision == FallbackDecision(8, "full")
+    assert 3 in p.stats.sizes and p.stats.cost(3) == 30.0
+    assert p.observe(8, 1, *timing(8)).changed  # the 4th full cycle decides, not the shrunk one
+
+
+def test_shrunk_block_while_reduced_or_probing_changes_nothing():
+    p = policy()
+    drive(p, [1] * 4)
+    assert p.observe(2, 1, *timing(2)) == FallbackDecision(4, "reduced")
+    drive(p, [1] * CONFIG.probe_every)
+    assert p.probing and p.block_size == 8
+    for _ in range(10):  # shrunk cycles do not use up the probe
+        assert p.observe(5, 1, *timing(5)) == FallbackDecision(8, "full")
+    assert p.probing
+
+
+def test_rejects_impossible_cycles():
+    p = policy()
+    with pytest.raises(ValueError, match="accepted"):
+        p.observe(8, 8, 1.0, 1.0)
+    with pytest.raises(ValueError, match="block_size"):
+        p.observe(9, 0, 1.0, 1.0)
+
+
+def test_small_full_blocks_have_no_reduced_mode():
+    p = make_policy(CONFIG, 2)
+    assert isinstance(p, AdaptivePolicy) and p.sizes == (2, 1)
+    trace = drive(p, [0] * 10)
+    assert changes(trace) == [(2, 1)]

@@ -1,0 +1,61 @@
+"""`dflash-studio bench`: plain decoding vs DFlash, alternating, in one process."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .options import add_fallback_options, add_model_options, engine_config
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("bench", help="measure DFlash against plain decoding on a prompt set")
+    add_model_options(parser)
+    parser.add_argument("--prompts", metavar="FILE.jsonl", help="one JSON object per line with a 'prompt' field "
+                        "(and 'kind': 'complete' for raw code prefixes); default: the shipped code prompt set")
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--block-size", type=int)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--limit", type=int, help="only the first N prompts")
+    add_fallback_options(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from engine.bench import bench, read_prompts
+    from engine.config import FallbackConfig, SamplingConfig
+    from engine.loading import assets_dir
+    from engine.runtime import Engine
+
+    path = args.prompts or assets_dir() / "prompts" / "code.jsonl"
+    prompts = read_prompts(path)[: args.limit or None]
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, block_size=args.block_size,
+                              temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                              seed=args.seed).validate()
+    fallback = FallbackConfig(enabled=args.fallback, preset=args.fallback_preset)
+    engine = Engine.load(engine_config(args))
+
+    def progress(number, total, row):
+        print(f"[{number}/{total}] {row['name']:>12}: {row['tokens']:4d} tok  "
+              f"hf {row['hf_tokens_per_s']:7.1f}  block1 {row['block1_tokens_per_s']:7.1f}  "
+              f"dflash {row['dflash_tokens_per_s']:7.1f} tok/s  {row['speedup']:.2f}x  τ {row['mean_acceptance_length']:.2f}"
+              f"{'' if row['identical'] else '  DIFFERENT'}{'  LOOP' if row['loop'] else ''}",
+              file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    summary = bench(engine, prompts, sampling, fallback, progress)
+    if args.json:
+        print(json.dumps(summary, ensure_ascii=False))
+        return 0
+    ar, df = summary["ar"], summary["dflash"]
+    print(f"\n{summary['model']} on {summary['device']}, block {summary['block_size']}, T={summary['temperature']}, "
+          f"{summary['max_new_tokens']} new tokens, {summary['prompts']} prompts")
+    print(f"plain ({ar['path']}): {ar['tokens']} tok in {ar['seconds']:.2f} s = {ar['tokens_per_s']:.1f} tok/s")
+    print(f"DFlash: {df['tokens']} tok in {df['seconds']:.2f} s = {df['tokens_per_s']:.1f} tok/s")
+    print(f"speedup {summary['speedup']:.2f}x, mean τ {df['mean_acceptance_length']:.2f}, "
+          f"identical greedy outputs {summary['identical']}/{summary['prompts']}, loops {summary['loops']}")
+    print("per-position acceptance: " + " ".join(f"{p:.2f}" for p in df["per_position_acceptance"]))
+    return 0

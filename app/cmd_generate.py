@@ -1,0 +1,95 @@
+"""`dflash-studio generate`: one prompt, the reply coloured by token origin, or one JSON line."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .options import add_fallback_options, add_model_options, add_sampling_options, engine_config, fallback_config, sampling_config
+
+# ANSI styles per origin: accepted draft tokens green, the target's own tokens yellow,
+# rejected drafts red, struck through and dim.
+STYLES = {"accepted": "\x1b[32m", "bonus": "\x1b[33m", "rejected": "\x1b[2;9;31m"}
+RESET = "\x1b[0m"
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("generate", help="generate a reply to one prompt, showing what DFlash did")
+    add_model_options(parser)
+    add_sampling_options(parser)
+    add_fallback_options(parser)
+    parser.add_argument("--raw", action="store_true", help="use the prompt as raw text, not through the chat template")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (last line of stdout)")
+    parser.add_argument("--events", action="store_true", help="with --json: include every cycle")
+    parser.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    parser.add_argument("--hide-rejected", action="store_true", help="do not print rejected draft tokens")
+    parser.add_argument("prompt", help="the prompt ('-' reads standard input)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from engine.events import Cycle, Failed, Finished, Started, event_to_dict
+    from engine.runtime import Engine
+
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    sampling = sampling_config(args)
+    engine = Engine.load(engine_config(args))
+    prompt_ids = engine.encode(prompt, raw=args.raw)
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not args.json)
+    out = sys.stdout
+    cycles, finished = [], None
+    for event in engine.generate(prompt_ids, sampling, fallback_config(args)):
+        if isinstance(event, Started) and not args.json:
+            out.write(paint(event.first_text, "bonus", color))
+        elif isinstance(event, Cycle):
+            cycles.append(event)
+            if not args.json:
+                write_cycle(out, event, color, show_rejected=not args.hide_rejected)
+        elif isinstance(event, Finished):
+            finished = event
+        elif isinstance(event, Failed):
+            print(f"\ndflash-studio: error: {event.message}", file=sys.stderr)
+            return 2
+        out.flush()
+    summary = {
+        "text": finished.text,
+        "token_ids": list(finished.token_ids),
+        "acceptance_lengths": list(finished.acceptance_lengths),
+        "mean_acceptance_length": round(finished.mean_acceptance_length, 4),
+        "per_position_acceptance": [round(p, 4) for p in finished.per_position_acceptance],
+        "tokens": finished.new_tokens,
+        "prompt_tokens": finished.prompt_tokens,
+        "tokens_per_s": round(finished.tokens_per_s, 3),
+        "seconds": round(finished.total_ms / 1000, 4),
+        "finish_reason": finished.reason,
+        "block_size": sampling.block_size or engine.block_size,
+        "model": engine.name,
+    }
+    if args.json:
+        if args.events:
+            summary["cycles"] = [event_to_dict(c) for c in cycles]
+        print(json.dumps(summary, ensure_ascii=False))
+    else:
+        print()
+        print(
+            f"-- {finished.new_tokens} tokens in {finished.total_ms / 1000:.2f} s "
+            f"({finished.tokens_per_s:.1f} tok/s), {finished.cycles} cycles, mean τ {finished.mean_acceptance_length:.2f}, "
+            f"finish: {finished.reason}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def paint(text: str, origin: str, color: bool) -> str:
+    return f"{STYLES[origin]}{text}{RESET}" if color and text else text
+
+
+def write_cycle(out, cycle, color: bool, show_rejected: bool) -> None:
+    for piece, origin in zip(cycle.emitted_pieces[: cycle.accepted], cycle.origins()):
+        out.write(paint(piece, origin, color))
+    if show_rejected and color and cycle.rejected:
+        out.write(paint(cycle.rejected_text, "rejected", color))
+    for piece in cycle.emitted_pieces[cycle.accepted:]:
+        out.write(paint(piece, "bonus", color))
+    if cycle.fallback.changed and color:
+        out.write(f"\x1b[2;36m⟨{cycle.fallback.reason}⟩{RESET}")

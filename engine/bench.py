@@ -1,0 +1,161 @@
+"""Benchmark: plain decoding (transformers' ``generate()`` and our loop at block 1) against
+DFlash on the same target, prompts and settings, alternating, in one process, after a warm-up."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from .config import FallbackConfig, SamplingConfig
+from .errors import InvalidRequestError
+from .events import Cycle, Failed, Finished
+from .runtime import Engine
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    prompt: str
+    raw: bool = False  # raw text (code completion) instead of the chat template
+    name: str = ""
+
+
+def read_prompts(path: str | Path) -> list[BenchPrompt]:
+    prompts = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            text = row["prompt"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise InvalidRequestError(f"{path}:{number}: each line must be a JSON object with a 'prompt' field ({exc})") from exc
+        raw = bool(row.get("raw", row.get("kind") == "complete"))
+        prompts.append(BenchPrompt(text, raw, str(row.get("name", row.get("id", number)))))
+    if not prompts:
+        raise InvalidRequestError(f"{path} holds no prompts")
+    return prompts
+
+
+def loop_coverage(tokens: list[int], min_span: int = 8) -> float:
+    """Largest fraction of the reply covered by back-to-back repeats of one span of >= min_span
+    tokens (0 when there is none)."""
+    n, best = len(tokens), 0
+    for period in range(1, n // 2 + 1):
+        span = period * -(-min_span // period)  # the shortest whole-period span of >= min_span tokens
+        run = 0
+        for i in range(n - period):
+            run = run + 1 if tokens[i] == tokens[i + period] else 0
+            covered = run + period
+            if covered >= 2 * span:
+                best = max(best, covered)
+    return best / n if n else 0.0
+
+
+def is_loop(tokens: list[int]) -> bool:
+    return loop_coverage(tokens) > 0.5
+
+
+@dataclass
+class PathTotals:
+    tokens: int = 0
+    seconds: float = 0.0
+
+    def add(self, tokens: int, seconds: float) -> None:
+        self.tokens += tokens
+        self.seconds += seconds
+
+    def as_dict(self) -> dict:
+        return {"tokens": self.tokens, "seconds": round(self.seconds, 4),
+                "tokens_per_s": round(self.tokens / self.seconds, 3) if self.seconds else 0.0}
+
+
+@dataclass
+class BenchResult:
+    rows: list[dict] = field(default_factory=list)
+    hf: PathTotals = field(default_factory=PathTotals)
+    block1: PathTotals = field(default_factory=PathTotals)
+    dflash: PathTotals = field(default_factory=PathTotals)
+    taus: list[int] = field(default_factory=list)
+    position_hits: list[list[int]] = field(default_factory=list)  # per slot: [accepted, drafted]
+
+
+def run_dflash(engine: Engine, prompt_ids, sampling, fallback) -> tuple[Finished, list[Cycle]]:
+    finished, cycles = None, []
+    for event in engine.generate(prompt_ids, sampling, fallback, slot_details=False):
+        if isinstance(event, Failed):
+            raise InvalidRequestError(f"generation failed: {event.message}")
+        if isinstance(event, Cycle):
+            cycles.append(event)
+        if isinstance(event, Finished):
+            finished = event
+    return finished, cycles
+
+
+def bench(engine: Engine, prompts: list[BenchPrompt], sampling: SamplingConfig,
+          fallback: FallbackConfig | None = None, progress=None) -> dict:
+    block = sampling.block_size or engine.block_size
+    plain = replace(sampling, block_size=1)
+    result = BenchResult()
+    # warm-up: every path once on a short run (allocations, kernels, lazy imports)
+    warm_ids = engine.encode(prompts[0].prompt, raw=prompts[0].raw)
+    short = engine.check_request(warm_ids, replace(sampling, max_new_tokens=min(16, sampling.max_new_tokens)))
+    engine.hf_generate(warm_ids, short)
+    run_dflash(engine, warm_ids, replace(short, block_size=1), None)
+    run_dflash(engine, warm_ids, short, fallback)
+    for number, item in enumerate(prompts, 1):
+        ids = engine.encode(item.prompt, raw=item.raw)
+        sampling_i = engine.check_request(ids, sampling)
+        hf_ids, hf_s = engine.hf_generate(ids, sampling_i)
+        ar, _ = run_dflash(engine, ids, replace(sampling_i, block_size=1), None)
+        df, cycles = run_dflash(engine, ids, sampling_i, fallback)
+        result.hf.add(len(hf_ids), hf_s)
+        result.block1.add(ar.new_tokens, ar.total_ms / 1000)
+        result.dflash.add(df.new_tokens, df.total_ms / 1000)
+        result.taus.extend(df.acceptance_lengths)
+        identical = list(df.token_ids) == list(ar.token_ids) and list(df.token_ids) == hf_ids[: len(df.token_ids)] and len(hf_ids) == len(df.token_ids)
+        plain_tps = max(len(hf_ids) / hf_s if hf_s else 0.0, ar.tokens_per_s)
+        row = {
+            "name": item.name, "prompt": item.prompt[:80], "raw": item.raw,
+            "tokens": df.new_tokens, "hf_tokens_per_s": round(len(hf_ids) / hf_s, 3) if hf_s else 0.0,
+            "block1_tokens_per_s": round(ar.tokens_per_s, 3), "dflash_tokens_per_s": round(df.tokens_per_s, 3),
+            "speedup": round(df.tokens_per_s / plain_tps, 3) if plain_tps else 0.0,
+            "mean_acceptance_length": round(df.mean_acceptance_length, 3),
+            "per_position_acceptance": [round(p, 3) for p in df.per_position_acceptance],
+            "identical": identical, "loop": is_loop(list(df.token_ids)),
+            "finish_reason": df.reason,
+        }
+        result.rows.append(row)
+        count_positions(result.position_hits, cycles)
+        if progress:
+            progress(number, len(prompts), row)
+    return summarize(result, sampling, block, engine)
+
+
+def count_positions(hits: list[list[int]], cycles: list[Cycle]) -> None:
+    """Per draft slot j: [times accepted, times drafted]."""
+    for cycle in cycles:
+        for j in range(1, cycle.block_size):
+            while len(hits) < j:
+                hits.append([0, 0])
+            hits[j - 1][1] += 1
+            hits[j - 1][0] += int(cycle.accepted >= j)
+
+
+def summarize(result: BenchResult, sampling: SamplingConfig, block: int, engine: Engine) -> dict:
+    hf, b1, df = result.hf.as_dict(), result.block1.as_dict(), result.dflash.as_dict()
+    ar = hf if hf["tokens_per_s"] >= b1["tokens_per_s"] else b1
+    ar = dict(ar, path="transformers generate()" if ar is hf else "dflash-studio block 1")
+    dflash = dict(df,
+                  mean_acceptance_length=round(sum(result.taus) / len(result.taus), 4) if result.taus else 0.0,
+                  per_position_acceptance=[round(a / d, 4) if d else 0.0 for a, d in result.position_hits],
+                  tau_histogram={str(t): result.taus.count(t) for t in range(1, block + 1)})
+    return {
+        "model": engine.name, "device": engine.models.device.type, "block_size": block,
+        "temperature": sampling.temperature, "max_new_tokens": sampling.max_new_tokens,
+        "prompts": len(result.rows),
+        "identical": sum(r["identical"] for r in result.rows),
+        "loops": sum(r["loop"] for r in result.rows),
+        "speedup": round(df["tokens_per_s"] / ar["tokens_per_s"], 3) if ar["tokens_per_s"] else 0.0,
+        "ar": ar, "hf_generate": hf, "block1": b1, "dflash": dflash, "per_prompt": result.rows,
+    }

@@ -1,0 +1,201 @@
+"""Load a transformers target (safetensors only, never remote code) and a z-lab-format draft,
+check that they fit together, and pick device and dtype."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .config import EngineConfig
+from .draft import DFlashDraftModel, draft_setting, load_draft
+from .errors import CheckpointError, IncompatibleDraftError
+from .features import decoder_layers
+
+ASSETS_ENV = "DFLASH_STUDIO_ASSETS"
+EMBEDDED_NAME = "tiny-coder"
+
+
+def assets_dir() -> Path:
+    return Path(os.environ.get(ASSETS_ENV) or Path(__file__).resolve().parent.parent / "assets")
+
+
+def embedded_pair() -> tuple[Path, Path]:
+    root = assets_dir() / "models" / EMBEDDED_NAME
+    return root / "target", root / "draft"
+
+
+def pick_device(device: str | None) -> torch.device:
+    if device:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
+    if dtype:
+        try:
+            value = getattr(torch, dtype)
+        except AttributeError:
+            value = None
+        if not isinstance(value, torch.dtype):
+            raise CheckpointError(f"unknown dtype {dtype!r} (use float32, bfloat16 or float16)")
+        return value
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def resolve(source: str, what: str) -> Path:
+    """A local directory, or a hub repo id (optionally with a subfolder: ``owner/name/dflash``)
+    resolved through the local hub cache / a download when the network allows it."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise CheckpointError(f"{what} {source} is a file; give the checkpoint's directory")
+    parts = source.strip("/").split("/")
+    if len(parts) < 2 or source.startswith((".", "/", "~")):
+        raise CheckpointError(f"{what} not found: {source} (no such directory)")
+    repo_id, subfolder = "/".join(parts[:2]), "/".join(parts[2:])
+    try:
+        from huggingface_hub import snapshot_download
+
+        patterns = [f"{subfolder}/*"] if subfolder else None
+        local = Path(snapshot_download(repo_id, allow_patterns=patterns))
+    except Exception as exc:
+        raise CheckpointError(
+            f"{what} {source!r} is not a local directory and could not be fetched from the hub "
+            f"({type(exc).__name__}); download it first and pass its directory"
+        ) from exc
+    local = local / subfolder if subfolder else local
+    if not local.is_dir():
+        raise CheckpointError(f"{what} {source!r}: no folder {subfolder!r} in {repo_id}")
+    return local
+
+
+def check_safetensors(directory: Path, what: str) -> None:
+    if any(directory.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+    if pickles:
+        raise CheckpointError(
+            f"{what} in {directory} has only pickle weights ({', '.join(pickles)}); "
+            "DFlash Studio loads safetensors only, never pickle"
+        )
+    raise CheckpointError(f"no *.safetensors weights in {what} directory {directory}")
+
+
+def load_target(directory: Path, device: torch.device, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (directory / "config.json").is_file():
+        raise CheckpointError(f"no config.json in target directory {directory}")
+    check_safetensors(directory, "target")
+    try:
+        target = AutoModelForCausalLM.from_pretrained(
+            directory, dtype=dtype, use_safetensors=True, trust_remote_code=False
+        )
+    except (OSError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"cannot load target from {directory}: {exc}") from exc
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
+    except Exception as exc:
+        raise CheckpointError(f"cannot load the tokenizer in {directory}: {exc}") from exc
+    return target.to(device).eval(), tokenizer
+
+
+def check_compatible(draft: DFlashDraftModel, target) -> None:
+    """Refuse a draft that cannot work with this target, with the reason."""
+    tconf = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
+    rows = target.get_input_embeddings().weight.shape[0]
+    n_layers = len(decoder_layers(target))
+    problems = []
+    if draft.config.hidden_size != tconf.hidden_size:
+        problems.append(f"hidden size {draft.config.hidden_size} ≠ target's {tconf.hidden_size}")
+    if getattr(draft.config, "vocab_size", rows) != rows and draft.config.vocab_size != tconf.vocab_size:
+        problems.append(f"vocabulary {draft.config.vocab_size} ≠ target's embedding rows {rows}")
+    bad_layers = [i for i in draft.target_layer_ids if not 0 <= i < n_layers]
+    if bad_layers:
+        problems.append(f"target_layer_ids {bad_layers} beyond the target's {n_layers} layers")
+    declared = draft_setting(draft.config, "num_target_layers")
+    if declared is not None and int(declared) != n_layers:
+        problems.append(f"draft was trained for a {declared}-layer target, this one has {n_layers}")
+    if not 0 <= draft.mask_token_id < rows:
+        problems.append(f"mask_token_id {draft.mask_token_id} is outside the target embedding ({rows} rows)")
+    if problems:
+        raise IncompatibleDraftError("draft does not fit the target: " + "; ".join(problems))
+
+
+def stop_tokens(target, tokenizer) -> list[int]:
+    ids: list[int] = []
+    gen = getattr(target, "generation_config", None)
+    for value in (getattr(gen, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+        if value is None:
+            continue
+        ids.extend(value if isinstance(value, (list, tuple)) else [value])
+    return sorted(set(int(i) for i in ids))
+
+
+@dataclass
+class LoadedModels:
+    target: object
+    tokenizer: object
+    draft: DFlashDraftModel | None
+    device: torch.device
+    dtype: torch.dtype
+    name: str
+    stop_token_ids: list[int] = field(default_factory=list)
+    context_window: int = 2048
+    target_path: str = ""
+    draft_path: str = ""
+
+
+def load_models(config: EngineConfig, progress: Callable[[float, str], None] | None = None) -> LoadedModels:
+    """Load target (+ draft); ``progress(fraction, message)`` reports the steps."""
+    report = progress or (lambda fraction, message: None)
+    device = pick_device(config.device)
+    dtype = pick_dtype(config.dtype, device)
+    if config.target is None:
+        target_dir, draft_dir = embedded_pair()
+        if not target_dir.is_dir():
+            raise CheckpointError(f"the embedded tiny coder is missing ({target_dir}); reinstall or pass --target")
+        draft_source = str(draft_dir) if config.draft is None else config.draft
+        name = EMBEDDED_NAME
+    else:
+        target_dir = resolve(config.target, "target")
+        draft_source = config.draft
+        name = Path(config.target).name or config.target
+    report(0.1, f"loading target {target_dir.name} on {device.type} ({str(dtype).removeprefix('torch.')})")
+    target, tokenizer = load_target(target_dir, device, dtype)
+    draft = None
+    draft_path = ""
+    if config.speculative and draft_source:
+        report(0.7, "loading DFlash draft")
+        draft_dir = resolve(draft_source, "draft")
+        draft = load_draft(draft_dir, device=device, dtype=dtype)
+        check_compatible(draft, target)
+        draft_path = str(draft_dir)
+    report(1.0, "ready")
+    window = getattr(target.config, "max_position_embeddings", None) or 2048
+    return LoadedModels(target, tokenizer, draft, device, dtype, name, stop_tokens(target, tokenizer),
+                        int(window), str(target_dir), draft_path)
+
+
+def describe(models: LoadedModels) -> dict:
+    n_target = sum(p.numel() for p in models.target.parameters())
+    n_draft = sum(p.numel() for p in models.draft.parameters()) if models.draft is not None else 0
+    return {
+        "name": models.name, "device": models.device.type, "dtype": str(models.dtype).removeprefix("torch."),
+        "target_parameters": n_target, "draft_parameters": n_draft,
+        "block_size": models.draft.block_size if models.draft is not None else 1,
+        "context_window": models.context_window,
+    }
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"cannot read {path}: {exc}") from exc

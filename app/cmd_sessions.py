@@ -1,0 +1,217 @@
+"""`dflash-studio sessions list|show|export|import|delete`: the stored chat sessions from a shell.
+
+Opens the database with ``recover=False``: a running app may be streaming a reply into the same
+file, and only the app itself decides that a reply left 'streaming' was interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from storage import DB_PATH_ENV_VAR, SessionStore, StoreError, default_db_path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "sessions",
+        help="list, show, export, import or delete stored chat sessions",
+        description="Manage the chat sessions stored in SQLite.",
+    )
+    parser.set_defaults(func=lambda args: _print_help(parser))
+    commands = parser.add_subparsers(dest="sessions_command", metavar="SUBCOMMAND")
+
+    database = argparse.ArgumentParser(add_help=False)
+    database.add_argument(
+        "--db", type=Path, default=None, metavar="PATH",
+        help=f"session database (default: ${DB_PATH_ENV_VAR}, else {default_db_path()})",
+    )
+
+    list_parser = commands.add_parser("list", parents=[database], help="sessions, most recent first")
+    list_parser.add_argument("--search", metavar="TEXT", help="only sessions whose title or messages contain TEXT")
+    list_parser.add_argument("--limit", type=int, default=200, help="at most this many (default 200)")
+    list_parser.set_defaults(func=_guarded(list_sessions))
+
+    show_parser = commands.add_parser("show", parents=[database], help="one session's messages and stats")
+    show_parser.add_argument("session_id", type=int, metavar="ID")
+    show_parser.set_defaults(func=_guarded(show_session))
+
+    export_parser = commands.add_parser("export", parents=[database], help="sessions as JSON, cycles included")
+    export_parser.add_argument("session_id", type=int, nargs="?", metavar="ID", help="one session (default: all)")
+    export_parser.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here instead of stdout")
+    export_parser.set_defaults(func=_guarded(export_sessions))
+
+    import_parser = commands.add_parser("import", parents=[database], help="sessions from an export file")
+    import_parser.add_argument("file", metavar="FILE", help="a file written by `sessions export` ('-': stdin)")
+    import_parser.set_defaults(func=_guarded(import_sessions))
+
+    delete_parser = commands.add_parser("delete", parents=[database], help="delete a session and its messages")
+    delete_parser.add_argument("session_id", type=int, metavar="ID")
+    delete_parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    delete_parser.set_defaults(func=_guarded(delete_session))
+
+
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 1
+
+
+def _fail(message: str) -> int:
+    print(f"dflash-studio: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _guarded(command):
+    """Run a subcommand; the store's errors and file errors become one line on stderr and exit 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except StoreError as exc:
+            return _fail(str(exc))
+        except OSError as exc:
+            return _fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+
+    run.__name__ = command.__name__
+    return run
+
+
+def _db_path(args: argparse.Namespace) -> Path:
+    return args.db if args.db is not None else default_db_path()
+
+
+def _open_existing(args: argparse.Namespace) -> SessionStore | None:
+    """The store, or None when the database file does not exist yet (reading creates nothing)."""
+    path = _db_path(args)
+    return SessionStore(path, recover=False) if path.exists() else None
+
+
+# -- subcommands --
+
+
+def list_sessions(args: argparse.Namespace) -> int:
+    store = _open_existing(args)
+    if store is None:
+        print(f"no sessions yet ({_db_path(args)} does not exist)")
+        return 0
+    with store:
+        sessions = store.search_sessions(args.search, args.limit) if args.search else store.list_sessions(args.limit)
+    if not sessions:
+        print("no sessions" + (f" matching {args.search!r}" if args.search else ""))
+        return 0
+    print(f"{'ID':>5}  {'UPDATED':<19}  {'MSGS':>4}  {'MODEL':<20}  TITLE")
+    for session in sessions:
+        updated = session["updated_at"][:19].replace("T", " ")
+        print(f"{session['id']:>5}  {updated:<19}  {session['message_count']:>4}  "
+              f"{(session['model'] or '-')[:20]:<20}  {session['title']}")
+    return 0
+
+
+def _reply_summary(reply: dict) -> str:
+    parts = []
+    if reply["cycles"]:
+        parts.append(f"{reply['tokens']} tokens in {reply['cycles']} cycles")
+        parts.append(f"mean τ {reply['mean_tau']:.2f}")
+    if reply["tokens_per_s"]:
+        parts.append(f"{reply['tokens_per_s']:.1f} tok/s")
+    return " · ".join(parts)
+
+
+def show_session(args: argparse.Namespace) -> int:
+    store = _open_existing(args)
+    if store is None:
+        return _fail(f"session {args.session_id} does not exist ({_db_path(args)} does not exist)")
+    with store:
+        session = store.get_session(args.session_id)
+        messages = store.get_messages(args.session_id)
+        stats = store.session_stats(args.session_id)
+    replies = {reply["message_id"]: reply for reply in stats["replies"]}
+    print(f"session {session['id']} · {session['title']}")
+    print(f"model {session['model'] or '-'} · {session['message_count']} messages · "
+          f"created {session['created_at'][:19].replace('T', ' ')} · "
+          f"updated {session['updated_at'][:19].replace('T', ' ')}")
+    if stats["cycles"]:
+        print(f"{stats['tokens']} tokens in {stats['cycles']} cycles · mean τ {stats['mean_tau']:.2f}"
+              + (f" · {stats['tokens_per_s']:.1f} tok/s" if stats["tokens_per_s"] else ""))
+    for message in messages:
+        header = [f"[{message['seq']}] {message['role']}", message["status"]]
+        if message["id"] in replies and _reply_summary(replies[message["id"]]):
+            header.append(_reply_summary(replies[message["id"]]))
+        if message["error"]:
+            header.append(f"error: {message['error']}")
+        print()
+        print(" · ".join(header))
+        print(message["content"])
+    return 0
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write a whole file or nothing: a temporary file in the same directory, then a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def export_sessions(args: argparse.Namespace) -> int:
+    store = _open_existing(args)
+    if store is None:
+        if args.session_id is not None:
+            return _fail(f"session {args.session_id} does not exist ({_db_path(args)} does not exist)")
+        store = SessionStore(":memory:")  # an empty, valid export document
+    with store:
+        document = store.export_session(args.session_id) if args.session_id is not None else store.export_all()
+    text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        _write_atomically(args.output, text)
+        count = len(document["sessions"])
+        print(f"exported {count} session{'s' * (count != 1)} to {args.output}", file=sys.stderr)
+    return 0
+
+
+def import_sessions(args: argparse.Namespace) -> int:
+    if args.file == "-":
+        source, text = "stdin", sys.stdin.read()
+    else:
+        source, text = args.file, Path(args.file).read_text(encoding="utf-8")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return _fail(f"{source} is not JSON ({exc}); nothing was imported")
+    with SessionStore(_db_path(args), recover=False) as store:
+        before = store.count_sessions()
+        session_ids = store.import_data(document)
+        created = store.count_sessions() - before
+    print(f"imported {len(session_ids)} session{'s' * (len(session_ids) != 1)} from {source} "
+          f"({created} new, {len(session_ids) - created} already present)")
+    return 0
+
+
+def delete_session(args: argparse.Namespace) -> int:
+    store = _open_existing(args)
+    if store is None:
+        return _fail(f"session {args.session_id} does not exist ({_db_path(args)} does not exist)")
+    with store:
+        session = store.get_session(args.session_id)
+        description = f"session {session['id']} {session['title']!r} ({session['message_count']} messages)"
+        if not args.yes:
+            if sys.stdin is None or not sys.stdin.isatty():
+                return _fail(f"not deleting {description} without confirmation; pass --yes")
+            answer = input(f"Delete {description}? [y/N] ").strip().lower()
+            if answer not in ("y", "yes"):
+                print("nothing deleted")
+                return 1
+        store.delete_session(args.session_id)
+    print(f"deleted {description}")
+    return 0

@@ -1,0 +1,588 @@
+"""``SessionStore``: sessions, messages and decoding cycles in one SQLite file.
+
+A thin class over ``sqlite_utils.Database`` whose constructor applies the migrations and then
+recovers replies a crash left 'streaming'. It knows nothing of the engine or the UI: cycles are the
+engine's plain dicts, settings and stats are plain dicts.
+
+Concurrency: the store owns ONE connection (``check_same_thread=False``) and every use of it holds
+one lock, so Gradio's worker threads take turns instead of meeting "database is locked". Writes
+run in ``BEGIN IMMEDIATE`` transactions that commit before the method returns; another process on
+the same file (the CLI next to a running app) waits up to the busy timeout for its turn.
+
+Durability: WAL journal, ``synchronous=FULL`` by default (a commit survives an OS crash or power
+loss, not just an app crash), foreign keys on so that deleting a session deletes its messages and
+their cycles.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from .cycles import decode_cycle, encode_cycle
+from .errors import (
+    MessageNotFound,
+    SaveFailed,
+    SessionNotFound,
+    StaleSessionError,
+    StoreError,
+)
+from .fields import (
+    MESSAGE_COLUMNS,
+    SESSION_COLUMNS,
+    check_role,
+    check_status,
+    message_columns,
+    settings_from_json,
+    settings_to_json,
+)
+from .migrations import MIGRATIONS, Migration, applied_migrations, apply_migrations
+from .transfer import EXPORT_FORMAT, EXPORT_VERSION, MESSAGE_KEYS, check_document
+from .writer import ReplyWriter
+
+
+def _require_sqlite_utils_4() -> None:
+    """sqlite-utils 3.x commits inside a caller's transaction (``with conn:``); 4.x nests savepoints."""
+    try:
+        major = int(importlib.metadata.version("sqlite-utils").split(".")[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return
+    if major < 4:
+        raise ImportError("dflash-studio's storage needs sqlite-utils >= 4.0: pip install 'sqlite-utils>=4'")
+
+
+_require_sqlite_utils_4()
+
+BUSY_TIMEOUT_MS = 5000
+SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+DEFAULT_TITLE = "New session"
+MEMORY = ":memory:"
+
+
+def utc_now() -> str:
+    """Timestamps are ISO 8601 UTC text with microseconds, so they sort as text."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _like_pattern(query: str) -> str:
+    escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+class SessionStore:
+    """Read and write chat sessions, their messages and per-cycle decoding records.
+
+    ``SessionStore(path)`` opens (or creates) the database, applies pending migrations and marks
+    replies left 'streaming' by a crash as 'interrupted' (their count is ``store.recovered``).
+    Pass ``recover=False`` from tools that open the file next to a running app (the CLI), so that
+    they do not interrupt a reply that is still streaming there.
+    """
+
+    def __init__(
+        self,
+        path: str | Path = MEMORY,
+        *,
+        recover: bool = True,
+        synchronous: str = "FULL",
+        now: Callable[[], str] = utc_now,
+        migrations: Iterable[Migration] = MIGRATIONS,
+    ):
+        if synchronous.upper() not in SYNCHRONOUS_MODES:
+            raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}; got {synchronous!r}")
+        self.path: str | Path = MEMORY if str(path) == MEMORY else Path(path)
+        self._now = now
+        self._lock = threading.RLock()
+        self._closed = False
+        if self.path != MEMORY:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(str(self.path), check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+        self._db = sqlite_utils.Database(connection, execute_plugins=False)
+        try:
+            self._configure(synchronous.upper())
+            apply_migrations(self._db, tuple(migrations))
+            self.recovered = self.recover_interrupted() if recover else 0
+        except sqlite3.DatabaseError as exc:
+            connection.close()
+            raise StoreError(f"cannot open the session database {self.path}: {exc}") from exc
+        except BaseException:
+            connection.close()
+            raise
+
+    def _configure(self, synchronous: str) -> None:
+        self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        self._db.execute("PRAGMA foreign_keys = ON")
+        if self.path != MEMORY:
+            self._db.enable_wal()
+        self._db.execute(f"PRAGMA synchronous = {synchronous}")
+
+    # -- plumbing --
+
+    @property
+    def database(self) -> sqlite_utils.Database:
+        """The underlying database, for inspection and tests. Write only through the store's methods."""
+        return self._db
+
+    def applied_migrations(self) -> list[str]:
+        """Names of the migrations this database has had applied, oldest first."""
+        with self._lock:
+            return applied_migrations(self._db)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the session store is closed")
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite_utils.Database]:
+        """One write transaction, committed on exit; SQLite's refusals become ``SaveFailed``."""
+        with self._lock:
+            self._check_open()
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.rollback()
+                    raise
+            except sqlite3.OperationalError as exc:
+                raise SaveFailed(f"could not save to the session database {self.path}: {exc}") from exc
+
+    def _query(self, sql: str, params: list[Any] | dict[str, Any] = ()) -> list[dict]:
+        with self._lock:
+            self._check_open()
+            return list(self._db.query(sql, params))
+
+    def _scalar(self, sql: str, params: list[Any] | dict[str, Any] = ()) -> Any:
+        with self._lock:
+            self._check_open()
+            row = self._db.execute(sql, params).fetchone()
+        return None if row is None else row[0]
+
+    def close(self) -> None:
+        """Checkpoint the WAL into the main file and close. Safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                if self.path != MEMORY:
+                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.OperationalError:
+                pass  # another process is reading; its connection or the next open checkpoints
+            finally:
+                self._db.close()
+
+    def __enter__(self) -> SessionStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- sessions --
+
+    def _session_from_row(self, row: dict) -> dict:
+        session = {column: row[column] for column in SESSION_COLUMNS}
+        session["settings"] = settings_from_json(row["settings"])
+        session["message_count"] = row["message_count"]
+        return session
+
+    _SESSION_SELECT = (
+        "SELECT s.*, (SELECT count(*) FROM messages m WHERE m.session_id = s.id) AS message_count "
+        "FROM sessions s"
+    )
+
+    def create_session(self, title: str = DEFAULT_TITLE, model: str = "", settings: dict | None = None) -> int:
+        """Create an empty session and return its id."""
+        title = self._check_title(title)
+        settings_json = settings_to_json(settings)
+        now = self._now()
+        row = {
+            "uuid": uuid.uuid4().hex, "title": title, "created_at": now, "updated_at": now,
+            "model": model, "settings": settings_json,
+        }
+        with self._write() as db:
+            return db.table("sessions").insert(row).last_pk
+
+    @staticmethod
+    def _check_title(title: str) -> str:
+        if not isinstance(title, str) or not title.strip():
+            raise ValueError(f"a session title must be a non-empty string, got {title!r}")
+        return title.strip()
+
+    def list_sessions(self, limit: int | None = 200) -> list[dict]:
+        """Sessions, most recently updated first, each with its ``message_count`` (``limit=None``: all)."""
+        rows = self._query(
+            f"{self._SESSION_SELECT} ORDER BY s.updated_at DESC, s.id DESC LIMIT ?", [-1 if limit is None else limit]
+        )
+        return [self._session_from_row(row) for row in rows]
+
+    def count_sessions(self) -> int:
+        """How many sessions there are."""
+        return self._scalar("SELECT count(*) FROM sessions")
+
+    def search_sessions(self, query: str, limit: int | None = 200) -> list[dict]:
+        """Sessions whose title or any message contains ``query`` (case-insensitive for ASCII)."""
+        if not query.strip():
+            return self.list_sessions(limit)
+        pattern = _like_pattern(query.strip())
+        rows = self._query(
+            f"{self._SESSION_SELECT} WHERE s.title LIKE :pattern ESCAPE '\\' OR EXISTS ("
+            "SELECT 1 FROM messages m WHERE m.session_id = s.id AND m.content LIKE :pattern ESCAPE '\\') "
+            "ORDER BY s.updated_at DESC, s.id DESC LIMIT :limit",
+            {"pattern": pattern, "limit": -1 if limit is None else limit},
+        )
+        return [self._session_from_row(row) for row in rows]
+
+    def get_session(self, session_id: int) -> dict:
+        """One session with its ``message_count``; raises ``SessionNotFound``."""
+        rows = self._query(f"{self._SESSION_SELECT} WHERE s.id = ?", [session_id])
+        if not rows:
+            raise SessionNotFound(f"session {session_id} does not exist")
+        return self._session_from_row(rows[0])
+
+    def _touch_session(self, db: sqlite_utils.Database, session_id: int, now: str, **columns: Any) -> None:
+        assignments = ", ".join(f"{column} = :{column}" for column in ["updated_at", *columns])
+        cursor = db.execute(
+            f"UPDATE sessions SET {assignments} WHERE id = :id", {"updated_at": now, **columns, "id": session_id}
+        )
+        if cursor.rowcount == 0:
+            raise SessionNotFound(f"session {session_id} does not exist")
+
+    def rename_session(self, session_id: int, title: str) -> None:
+        """Give a session a new title."""
+        title = self._check_title(title)
+        with self._write() as db:
+            self._touch_session(db, session_id, self._now(), title=title)
+
+    def update_session_settings(self, session_id: int, settings: dict) -> None:
+        """Replace a session's settings."""
+        settings_json = settings_to_json(settings)
+        with self._write() as db:
+            self._touch_session(db, session_id, self._now(), settings=settings_json)
+
+    def update_session_model(self, session_id: int, model: str) -> None:
+        """Record the model a session now uses."""
+        if not isinstance(model, str):
+            raise ValueError(f"model must be a string, got {type(model).__name__}")
+        with self._write() as db:
+            self._touch_session(db, session_id, self._now(), model=model)
+
+    def delete_session(self, session_id: int) -> None:
+        """Delete a session with its messages and their cycles."""
+        with self._write() as db:
+            if db.execute("DELETE FROM sessions WHERE id = ?", [session_id]).rowcount == 0:
+                raise SessionNotFound(f"session {session_id} does not exist")
+
+    # -- messages --
+
+    @staticmethod
+    def _message_from_row(row: dict) -> dict:
+        message = {column: row[column] for column in MESSAGE_COLUMNS}
+        message["settings"] = settings_from_json(row["settings"])
+        return message
+
+    def add_message(
+        self,
+        session_id: int,
+        role: str,
+        content: str,
+        status: str = "complete",
+        *,
+        expected_last_seq: int | None = None,
+        **extra: Any,
+    ) -> int:
+        """Append a message (committed before this returns) and return its id.
+
+        ``extra`` holds other message fields (model, settings, kind, stats...). With
+        ``expected_last_seq`` the append is refused with ``StaleSessionError`` unless the session's
+        last message still has that sequence number (0: the session is empty), so a stale browser
+        tab cannot interleave with newer history.
+        """
+        check_role(role)
+        check_status(status)
+        columns = message_columns({"content": content, "status": status, **extra})
+        now = self._now()
+        with self._write() as db:
+            self._touch_session(db, session_id, now)
+            last_seq = db.execute(
+                "SELECT coalesce(max(seq), 0) FROM messages WHERE session_id = ?", [session_id]
+            ).fetchone()[0]
+            if expected_last_seq is not None and expected_last_seq != last_seq:
+                raise StaleSessionError(
+                    f"session {session_id} changed elsewhere (its last message is #{last_seq}, "
+                    f"this view expected #{expected_last_seq}); reload the session"
+                )
+            row = {"session_id": session_id, "seq": last_seq + 1, "role": role,
+                   "created_at": now, "updated_at": now, **columns}
+            return db.table("messages").insert(row).last_pk
+
+    def start_reply(
+        self,
+        session_id: int,
+        model: str = "",
+        settings: dict | None = None,
+        *,
+        kind: str = "chat",
+        expected_last_seq: int | None = None,
+    ) -> int:
+        """Append an empty assistant message with status 'streaming' and return its id."""
+        return self.add_message(
+            session_id, "assistant", "", status="streaming", model=model, settings=settings, kind=kind,
+            expected_last_seq=expected_last_seq,
+        )
+
+    def _session_of_message(self, db: sqlite_utils.Database, message_id: int) -> int:
+        row = db.execute("SELECT session_id FROM messages WHERE id = ?", [message_id]).fetchone()
+        if row is None:
+            raise MessageNotFound(f"message {message_id} does not exist")
+        return row[0]
+
+    def _update_message_columns(self, db: sqlite_utils.Database, message_id: int, columns: dict, now: str) -> None:
+        session_id = self._session_of_message(db, message_id)
+        assignments = ", ".join(f"{column} = :{column}" for column in ["updated_at", *columns])
+        db.execute(
+            f"UPDATE messages SET {assignments} WHERE id = :id", {**columns, "updated_at": now, "id": message_id}
+        )
+        self._touch_session(db, session_id, now)
+
+    def update_message(self, message_id: int, **fields: Any) -> None:
+        """Change fields of a message: content, status, error, stats..."""
+        columns = message_columns(fields)
+        with self._write() as db:
+            self._update_message_columns(db, message_id, columns, self._now())
+
+    def save_reply(
+        self, message_id: int, *, content: str | None = None, cycles: Iterable[dict] = (), **fields: Any
+    ) -> None:
+        """Save a streaming reply's text, new cycles and any other fields in ONE transaction."""
+        if content is not None:
+            fields["content"] = content
+        columns = message_columns(fields)
+        cycle_rows = [encode_cycle(cycle, message_id) for cycle in cycles]
+        with self._write() as db:
+            self._update_message_columns(db, message_id, columns, self._now())
+            self._insert_cycles(db, message_id, cycle_rows)
+
+    def reply_writer(self, message_id: int, flush_interval_s: float = 1.0) -> ReplyWriter:
+        """A helper that saves a streaming reply at most every ``flush_interval_s`` and then finally."""
+        self.get_message(message_id)  # fail here, not at the first flush
+        return ReplyWriter(self, message_id, flush_interval_s)
+
+    def get_message(self, message_id: int) -> dict:
+        """One message; raises ``MessageNotFound``."""
+        rows = self._query("SELECT * FROM messages WHERE id = ?", [message_id])
+        if not rows:
+            raise MessageNotFound(f"message {message_id} does not exist")
+        return self._message_from_row(rows[0])
+
+    def get_messages(self, session_id: int) -> list[dict]:
+        """A session's messages in order; raises ``SessionNotFound``."""
+        with self._lock:
+            self.get_session(session_id)
+            rows = self._query("SELECT * FROM messages WHERE session_id = ? ORDER BY seq", [session_id])
+        return [self._message_from_row(row) for row in rows]
+
+    def delete_messages_after(self, session_id: int, seq: int) -> int:
+        """Delete the messages after ``seq`` (and their cycles), for regenerate and edit; return how many."""
+        with self._write() as db:
+            self._touch_session(db, session_id, self._now())
+            return db.execute("DELETE FROM messages WHERE session_id = ? AND seq > ?", [session_id, seq]).rowcount
+
+    def recover_interrupted(self) -> int:
+        """Mark replies left 'streaming' (by a crash) as 'interrupted', keeping their text; return how many."""
+        with self._write() as db:
+            return db.execute(
+                "UPDATE messages SET status = 'interrupted', updated_at = ? WHERE status = 'streaming'", [self._now()]
+            ).rowcount
+
+    # -- cycles --
+
+    @staticmethod
+    def _insert_cycles(db: sqlite_utils.Database, message_id: int, rows: list[dict]) -> None:
+        if not rows:
+            return
+        try:
+            db.table("cycles").insert_all(rows)
+        except sqlite3.IntegrityError as exc:
+            raise ValueError(f"message {message_id} already has a cycle with one of these indexes: {exc}") from None
+
+    def append_cycles(self, message_id: int, cycles: Iterable[dict]) -> None:
+        """Store a batch of cycle dicts (the engine's ``event_to_dict(cycle)``) in one transaction."""
+        rows = [encode_cycle(cycle, message_id) for cycle in cycles]
+        with self._write() as db:
+            self._session_of_message(db, message_id)
+            self._insert_cycles(db, message_id, rows)
+
+    def get_cycles(self, message_id: int) -> list[dict]:
+        """A reply's cycle dicts ordered by index, as they were given (JSON round trip)."""
+        with self._lock:
+            self.get_message(message_id)
+            rows = self._query("SELECT * FROM cycles WHERE message_id = ? ORDER BY idx", [message_id])
+        return [decode_cycle(row) for row in rows]
+
+    def session_cycle_series(self, session_id: int) -> list[dict]:
+        """Every cycle of a session's replies, light columns only, in order: for charts over time."""
+        with self._lock:
+            self.get_session(session_id)
+            return self._query(
+                "SELECT c.message_id, m.seq, c.idx AS \"index\", c.block_size, c.accepted, c.tau, "
+                "c.draft_ms, c.verify_ms, c.fallback_state, c.fallback_changed, c.next_block_size "
+                "FROM cycles c JOIN messages m ON m.id = c.message_id "
+                "WHERE m.session_id = ? AND m.role = 'assistant' ORDER BY m.seq, c.idx",
+                [session_id],
+            )
+
+    # -- statistics (computed in SQL over the cycles) --
+
+    def _cycle_stats(self, where: str, params: list[Any]) -> dict:
+        """Aggregates over the cycles selected by ``where`` (a fixed SQL fragment of this class)."""
+        totals = self._query(
+            "SELECT count(*) AS cycles, coalesce(sum(tau), 0) AS tokens, avg(tau) AS mean_tau, "
+            "coalesce(sum(draft_ms), 0.0) AS draft_ms, coalesce(sum(verify_ms), 0.0) AS verify_ms, "
+            "CAST(sum(accepted) AS REAL) / nullif(sum(block_size - 1), 0) AS acceptance_rate "
+            f"FROM cycles WHERE {where}",
+            params,
+        )[0]
+        histogram = self._query(
+            f"SELECT tau, count(*) AS count FROM cycles WHERE {where} GROUP BY tau ORDER BY tau", params
+        )
+        # slot j (1-based) was drafted when block_size - 1 >= j, and accepted when accepted >= j
+        per_position = self._query(
+            f"""
+            WITH RECURSIVE
+                selected AS (SELECT block_size, accepted FROM cycles WHERE {where}),
+                positions(j) AS (
+                    SELECT 1 WHERE (SELECT max(block_size) FROM selected) >= 2
+                    UNION ALL
+                    SELECT j + 1 FROM positions WHERE j + 1 <= (SELECT max(block_size) - 1 FROM selected)
+                )
+            SELECT j, CAST(sum(s.accepted >= j) AS REAL) / sum(s.block_size - 1 >= j) AS rate
+            FROM positions JOIN selected s GROUP BY j ORDER BY j
+            """,
+            params,
+        )
+        return {
+            **totals,
+            "tau_histogram": {row["tau"]: row["count"] for row in histogram},
+            "per_position_acceptance": [row["rate"] for row in per_position],
+        }
+
+    def message_stats(self, message_id: int) -> dict:
+        """Stats of one reply: cycles, tokens, mean_tau, tau_histogram, per_position_acceptance, ...
+
+        ``tokens`` counts the tokens emitted by cycles (the prefill token is in ``new_tokens``);
+        ``mean_tau`` and ``acceptance_rate`` are None when there are no cycles.
+        """
+        with self._lock:
+            message = self.get_message(message_id)
+            stats = self._cycle_stats("message_id = ?", [message_id])
+        return {
+            "message_id": message_id,
+            **stats,
+            "tokens_per_s": message["tokens_per_s"],
+            "new_tokens": message["new_tokens"],
+            "prompt_tokens": message["prompt_tokens"],
+        }
+
+    def session_stats(self, session_id: int) -> dict:
+        """Stats over all assistant replies of a session, plus ``replies``: one summary per reply."""
+        assistant_cycles = "message_id IN (SELECT id FROM messages WHERE session_id = ? AND role = 'assistant')"
+        with self._lock:
+            self.get_session(session_id)
+            stats = self._cycle_stats(assistant_cycles, [session_id])
+            tokens_per_s = self._scalar(
+                "SELECT sum(new_tokens) * 1000.0 / nullif(sum(total_ms), 0) FROM messages "
+                "WHERE session_id = ? AND role = 'assistant' AND new_tokens IS NOT NULL AND total_ms > 0",
+                [session_id],
+            )
+            replies = self._query(
+                "SELECT m.id AS message_id, m.seq, m.status, m.kind, m.model, m.created_at, "
+                "m.new_tokens, m.tokens_per_s, m.total_ms, count(c.id) AS cycles, "
+                "coalesce(sum(c.tau), 0) AS tokens, avg(c.tau) AS mean_tau, max(c.block_size) AS max_block_size, "
+                "CAST(sum(c.accepted) AS REAL) / nullif(sum(c.block_size - 1), 0) AS acceptance_rate "
+                "FROM messages m LEFT JOIN cycles c ON c.message_id = m.id "
+                "WHERE m.session_id = ? AND m.role = 'assistant' GROUP BY m.id ORDER BY m.seq",
+                [session_id],
+            )
+        return {"session_id": session_id, **stats, "tokens_per_s": tokens_per_s, "replies": replies}
+
+    # -- export and import --
+
+    def _export_sessions(self, where: str, params: list[Any]) -> list[dict]:
+        exported = []
+        with self._lock:
+            for session in self._query(f"SELECT * FROM sessions WHERE {where} ORDER BY id", params):
+                messages = []
+                for row in self._query("SELECT * FROM messages WHERE session_id = ? ORDER BY seq", [session["id"]]):
+                    message = self._message_from_row(row)
+                    exported_message = {key: message[key] for key in MESSAGE_KEYS if key != "cycles"}
+                    cycle_rows = self._query("SELECT * FROM cycles WHERE message_id = ? ORDER BY idx", [row["id"]])
+                    exported_message["cycles"] = [decode_cycle(cycle) for cycle in cycle_rows]
+                    messages.append(exported_message)
+                exported.append({
+                    "uuid": session["uuid"], "title": session["title"], "created_at": session["created_at"],
+                    "updated_at": session["updated_at"], "model": session["model"],
+                    "settings": settings_from_json(session["settings"]), "messages": messages,
+                })
+        return exported
+
+    def _export_document(self, sessions: list[dict]) -> dict:
+        return {"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "exported_at": self._now(), "sessions": sessions}
+
+    def export_session(self, session_id: int) -> dict:
+        """A JSON-ready export document holding one session, its messages and their cycles."""
+        with self._lock:
+            self.get_session(session_id)
+            return self._export_document(self._export_sessions("id = ?", [session_id]))
+
+    def export_all(self) -> dict:
+        """A JSON-ready export document holding every session, oldest first."""
+        return self._export_document(self._export_sessions("1 = 1", []))
+
+    def import_data(self, data: dict) -> list[int]:
+        """Import an export document; return the ids of its sessions, in document order.
+
+        The whole document is checked first: a malformed one raises ``ImportFormatError`` and
+        nothing is written. Sessions whose uuid is already here are kept as they are (importing a
+        file twice changes nothing). Replies exported while 'streaming' arrive 'interrupted'.
+        """
+        sessions = check_document(data)
+        now = self._now()
+        session_ids = []
+        with self._write() as db:
+            for session in sessions:
+                existing = db.execute("SELECT id FROM sessions WHERE uuid = ?", [session["uuid"]]).fetchone()
+                if existing:
+                    session_ids.append(existing[0])
+                    continue
+                session_ids.append(self._insert_imported_session(db, session, now))
+        return session_ids
+
+    def _insert_imported_session(self, db: sqlite_utils.Database, session: dict, now: str) -> int:
+        session_id = db.table("sessions").insert({
+            "uuid": session["uuid"], "title": session["title"] or DEFAULT_TITLE,
+            "created_at": session.get("created_at", now), "updated_at": session.get("updated_at", now),
+            "model": session.get("model", ""), "settings": settings_to_json(session.get("settings")),
+        }).last_pk
+        for message in session["messages"]:
+            fields = {key: value for key, value in message.items() if key not in ("seq", "role", "cycles",
+                                                                                  "created_at", "updated_at")}
+            if fields.get("status") == "streaming":
+                fields["status"] = "interrupted"
+            message_id = db.table("messages").insert({
+                "session_id": session_id, "seq": message["seq"], "role": message["role"],
+                "created_at": message.get("created_at", now), "updated_at": message.get("updated_at", now),
+                **message_columns(fields),
+            }).last_pk
+            rows = [encode_cycle(cycle, message_id) for cycle in message.get("cycles", [])]
+            self._insert_cycles(db, message_id, rows)
+        return session_id

@@ -1,0 +1,144 @@
+"""`dflash-studio sessions ...` through the real entry point, ``app.cli.main``."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from app.cli import main
+from storage import SessionStore
+from tests.storage_helpers import make_cycle
+
+
+@pytest.fixture
+def db_path(tmp_path, monkeypatch):
+    monkeypatch.delenv("DFLASH_STUDIO_DB", raising=False)
+    path = tmp_path / "sessions.db"
+    with SessionStore(path) as store:
+        first = store.create_session("Fibonacci", model="tiny-coder")
+        store.add_message(first, "user", "write fib")
+        reply = store.start_reply(first, model="tiny-coder")
+        store.append_cycles(reply, [make_cycle(1, 8, 3), make_cycle(2, 8, 5)])
+        store.update_message(reply, content="def fib(n): ...", status="complete", tokens_per_s=42.0)
+        second = store.create_session("Quicksort")
+        store.add_message(second, "user", "sort this")
+    return path
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_list_shows_sessions_most_recent_first(capsys, db_path):
+    code, out, err = run(capsys, "sessions", "list", "--db", str(db_path))
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].split() == ["ID", "UPDATED", "MSGS", "MODEL", "TITLE"]
+    assert [line.split()[0] for line in lines[1:]] == ["2", "1"]
+    assert lines[1].endswith("Quicksort") and " 1  -" in lines[1]
+    assert lines[2].endswith("Fibonacci") and "tiny-coder" in lines[2]
+
+
+def test_list_search_and_a_missing_database(capsys, db_path, tmp_path):
+    found = run(capsys, "sessions", "list", "--db", str(db_path), "--search", "FIB")[1]
+    assert [line.split()[0] for line in found.splitlines()[1:]] == ["1"]
+    assert run(capsys, "sessions", "list", "--db", str(db_path), "--search", "zebra") == (
+        0, "no sessions matching 'zebra'\n", "")
+    missing = tmp_path / "nowhere" / "sessions.db"
+    assert run(capsys, "sessions", "list", "--db", str(missing)) == (
+        0, f"no sessions yet ({missing} does not exist)\n", "")
+    assert not missing.parent.exists()  # reading creates nothing
+
+
+def test_db_defaults_to_the_environment_variable(capsys, db_path, monkeypatch):
+    monkeypatch.setenv("DFLASH_STUDIO_DB", str(db_path))
+    code, out, _ = run(capsys, "sessions", "list")
+    assert code == 0 and "Fibonacci" in out
+
+
+def test_show_prints_messages_with_reply_stats(capsys, db_path):
+    code, out, err = run(capsys, "sessions", "show", "1", "--db", str(db_path))
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == "session 1 · Fibonacci"
+    assert "[1] user · complete\nwrite fib\n" in out
+    assert "[2] assistant · complete · 10 tokens in 2 cycles · mean τ 5.00 · 42.0 tok/s\ndef fib(n): ...\n" in out
+
+
+def test_unknown_session_is_one_clear_line_and_exit_code_2(capsys, db_path):
+    for command in (["show"], ["delete", "--yes"], ["export"]):
+        assert run(capsys, "sessions", *command, "9", "--db", str(db_path)) == (
+            2, "", "dflash-studio: error: session 9 does not exist\n")
+
+
+def test_export_to_stdout_and_to_a_file_then_import_into_another_database(capsys, db_path, tmp_path):
+    code, out, _ = run(capsys, "sessions", "export", "--db", str(db_path))
+    assert code == 0
+    everything = json.loads(out)
+    assert [s["title"] for s in everything["sessions"]] == ["Fibonacci", "Quicksort"]
+    assert len(everything["sessions"][0]["messages"][1]["cycles"]) == 2
+
+    export_file = tmp_path / "out" / "fib.json"
+    assert run(capsys, "sessions", "export", "1", "-o", str(export_file), "--db", str(db_path)) == (
+        0, "", f"exported 1 session to {export_file}\n")
+    assert [s["title"] for s in json.loads(export_file.read_text())["sessions"]] == ["Fibonacci"]
+
+    other = tmp_path / "other.db"
+    assert run(capsys, "sessions", "import", str(export_file), "--db", str(other)) == (
+        0, f"imported 1 session from {export_file} (1 new, 0 already present)\n", "")
+    assert run(capsys, "sessions", "import", str(export_file), "--db", str(other)) == (
+        0, f"imported 1 session from {export_file} (0 new, 1 already present)\n", "")
+    with SessionStore(other) as store:
+        assert store.export_all()["sessions"] == json.loads(export_file.read_text())["sessions"]
+
+
+def test_import_from_stdin(capsys, db_path, tmp_path, monkeypatch):
+    with SessionStore(db_path, recover=False) as store:
+        document = store.export_all()
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(document)))
+    assert run(capsys, "sessions", "import", "-", "--db", str(tmp_path / "new.db"))[:2] == (
+        0, "imported 2 sessions from stdin (2 new, 0 already present)\n")
+
+
+def test_bad_import_files_fail_clearly_and_import_nothing(capsys, db_path, tmp_path):
+    not_json = tmp_path / "notes.txt"
+    not_json.write_text("hello")
+    code, out, err = run(capsys, "sessions", "import", str(not_json), "--db", str(db_path))
+    assert (code, out) == (2, "") and err.startswith(f"dflash-studio: error: {not_json} is not JSON (")
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"format": "dflash-studio-sessions", "version": 1, "sessions": [{"uuid": "x"}]}))
+    assert run(capsys, "sessions", "import", str(wrong), "--db", str(db_path)) == (
+        2, "", "dflash-studio: error: not a valid dflash-studio sessions export: sessions[0]: missing 'title'\n")
+    code, _, err = run(capsys, "sessions", "import", str(tmp_path / "absent.json"), "--db", str(db_path))
+    assert code == 2 and err == f"dflash-studio: error: No such file or directory: {tmp_path / 'absent.json'}\n"
+    with SessionStore(db_path) as store:
+        assert store.count_sessions() == 2
+
+
+def test_delete_needs_confirmation_unless_yes(capsys, db_path):
+    code, out, err = run(capsys, "sessions", "delete", "1", "--db", str(db_path))
+    assert (code, out) == (2, "")
+    assert err == (
+        "dflash-studio: error: not deleting session 1 'Fibonacci' (2 messages) without confirmation; pass --yes\n"
+    )
+    assert run(capsys, "sessions", "delete", "1", "--yes", "--db", str(db_path)) == (
+        0, "deleted session 1 'Fibonacci' (2 messages)\n", "")
+    with SessionStore(db_path) as store:
+        assert [s["id"] for s in store.list_sessions()] == [2]
+        assert store.database["cycles"].count == 0
+
+
+def test_cli_leaves_a_streaming_reply_alone(capsys, db_path):
+    with SessionStore(db_path) as app_store:
+        reply = app_store.start_reply(1)
+    run(capsys, "sessions", "list", "--db", str(db_path))
+    with SessionStore(db_path, recover=False) as store:
+        assert store.get_message(reply)["status"] == "streaming"
+
+
+def test_sessions_alone_prints_help(capsys):
+    code, out, _ = run(capsys, "sessions")
+    assert code == 1 and "list" in out and "import" in out

@@ -1,0 +1,137 @@
+"""`dflash-studio train {tokenizer,target,draft}`: build the embedded tiny coder, or a DFlash
+draft for any transformers causal-LM target. Every command is seeded, resumable from the last
+checkpoint in its work directory, shows a progress bar and writes a JSON-lines log."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _budget(args):
+    from engine.training.common import Budget
+
+    if not (args.max_steps or args.max_tokens or args.max_minutes):
+        args.max_minutes = args.default_minutes
+    return Budget(max_steps=args.max_steps, max_tokens=args.max_tokens, max_minutes=args.max_minutes)
+
+
+def _common(p: argparse.ArgumentParser, default_minutes: float) -> None:
+    p.add_argument("--out", type=Path, required=True, help="output directory (the trained model)")
+    p.add_argument("--work", type=Path, default=None,
+                   help="checkpoints, cached data and log.jsonl (default: OUT/_train); "
+                        "rerunning with the same --work resumes")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--max-minutes", type=float, default=None,
+                   help=f"wall-clock training budget (default {default_minutes:g} when no other limit)")
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--max-tokens", type=int, default=None)
+    p.add_argument("--checkpoint-minutes", type=float, default=5.0)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(default_minutes=default_minutes)
+
+
+def run_tokenizer(args) -> int:
+    from engine.training.tokenizer import train_tokenizer
+
+    train_tokenizer(args.out, corpus=args.corpus, vocab_size=args.vocab_size, seed=args.seed)
+    return 0
+
+
+def run_target(args) -> int:
+    from engine.training.target import TargetShape, TargetTrainConfig, train_target
+
+    shape = TargetShape(layers=args.layers, hidden=args.hidden, intermediate=args.intermediate,
+                        heads=args.heads, kv_heads=args.kv_heads, head_dim=args.head_dim,
+                        max_positions=args.max_positions)
+    cfg = TargetTrainConfig(seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr,
+                            chat_fraction=args.chat_fraction,
+                            checkpoint_minutes=args.checkpoint_minutes,
+                            eval_windows=args.eval_windows, samples=args.samples,
+                            sample_tokens=args.sample_tokens)
+    train_target(args.out, args.tokenizer, work=args.work, corpus=args.corpus, shape=shape,
+                 cfg=cfg, budget=_budget(args), seed=args.seed, threads=args.threads,
+                 progress=not args.no_progress)
+    return 0
+
+
+def run_draft(args) -> int:
+    from engine.training.draft import DraftTrainConfig, train_draft
+
+    cfg = DraftTrainConfig(
+        layers=args.layers, block_size=args.block_size, gamma=args.gamma,
+        target_layer_ids=args.target_layer_ids, num_target_features=args.num_features,
+        lr=args.lr, batch_size=args.batch_size, anchors=args.anchors,
+        num_sequences=args.num_sequences, prompt_tokens=args.prompt_tokens,
+        new_tokens=args.new_tokens, gen_batch=args.gen_batch, chat_fraction=args.chat_fraction,
+        gen_fraction=args.gen_fraction, checkpoint_minutes=args.checkpoint_minutes,
+        eval_sequences=args.eval_sequences, dtype=args.dtype, device=args.device,
+    )
+    train_draft(args.out, args.target, work=args.work, corpus=args.corpus,
+                prompts_file=args.prompts, cfg=cfg, budget=_budget(args), seed=args.seed,
+                threads=args.threads, progress=not args.no_progress)
+    return 0
+
+
+def register(subparsers) -> None:
+    train = subparsers.add_parser("train", help="train the tokenizer, the target or a DFlash draft")
+    sub = train.add_subparsers(dest="train_command", metavar="WHAT")
+
+    p = sub.add_parser("tokenizer", help="byte-level BPE on Python source")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--corpus", type=Path, default=None,
+                   help="directory of *.py files (default: this Python's standard library)")
+    p.add_argument("--vocab-size", type=int, default=8192)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=run_tokenizer)
+
+    p = sub.add_parser("target", help="a small Qwen3ForCausalLM coder, from scratch")
+    _common(p, default_minutes=50)
+    p.add_argument("--tokenizer", type=Path, required=True, help="directory from `train tokenizer`")
+    p.add_argument("--corpus", type=Path, default=None)
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--intermediate", type=int, default=768)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv-heads", type=int, default=2)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--max-positions", type=int, default=1024)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--lr", type=float, default=1.5e-3)
+    p.add_argument("--chat-fraction", type=float, default=0.5)
+    p.add_argument("--eval-windows", type=int, default=24)
+    p.add_argument("--samples", type=int, default=6, help="greedy samples per evaluation")
+    p.add_argument("--sample-tokens", type=int, default=96)
+    p.set_defaults(func=run_target)
+
+    p = sub.add_parser("draft", help="a DFlash draft for any causal-LM target (self-distillation)")
+    _common(p, default_minutes=35)
+    p.add_argument("--target", required=True, help="target model directory or hub id")
+    p.add_argument("--corpus", type=Path, default=None,
+                   help="directory of *.py files for prompts (default: the standard library)")
+    p.add_argument("--prompts", type=Path, default=None,
+                   help="optional JSONL of {prompt|messages} records used as extra prompts")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--block-size", type=int, default=8)
+    p.add_argument("--gamma", type=float, default=None, help="loss decay (default: 4 for B=8, 7 for 16)")
+    p.add_argument("--target-layer-ids", type=lambda s: [int(x) for x in s.split(",")], default=None)
+    p.add_argument("--num-features", type=int, default=4,
+                   help="how many target layers feed the draft when --target-layer-ids is not set")
+    p.add_argument("--lr", type=float, default=6e-4)
+    p.add_argument("--batch-size", type=int, default=8, help="sequences per step")
+    p.add_argument("--anchors", type=int, default=64, help="random blocks per sequence")
+    p.add_argument("--num-sequences", type=int, default=2048, help="regenerated sequences (at most)")
+    p.add_argument("--prompt-tokens", type=int, default=128)
+    p.add_argument("--new-tokens", type=int, default=160)
+    p.add_argument("--gen-batch", type=int, default=32)
+    p.add_argument("--chat-fraction", type=float, default=0.5)
+    p.add_argument("--gen-fraction", type=float, default=0.35,
+                   help="share of the time budget for regenerating data")
+    p.add_argument("--eval-sequences", type=int, default=32)
+    p.add_argument("--dtype", default=None, help="target dtype (float32, bfloat16); default auto")
+    p.add_argument("--device", default=None)
+    p.set_defaults(func=run_draft)
+
+    train.set_defaults(func=lambda args: (train.print_help() or 1))

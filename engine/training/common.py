@@ -1,0 +1,152 @@
+"""Small helpers shared by the training commands: seeding, time-budgeted cosine schedule,
+atomic checkpoints, a JSON-lines log, a progress bar and a loop detector."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+def set_seed(seed: int) -> torch.Generator:
+    """Seed python/torch and return a dedicated generator for data sampling."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    return gen
+
+
+def set_threads(n: int | None) -> None:
+    if n:
+        torch.set_num_threads(n)
+
+
+def cosine_lr(progress: float, base_lr: float, warmup: float, min_ratio: float = 0.1) -> float:
+    """Learning rate at a training progress in [0, 1]: linear warmup, then cosine to min_ratio."""
+    progress = min(max(progress, 0.0), 1.0)
+    if warmup > 0 and progress < warmup:
+        return base_lr * max(progress / warmup, 0.02)
+    t = (progress - warmup) / max(1e-9, 1.0 - warmup)
+    return base_lr * (min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * t)))
+
+
+@dataclass
+class Budget:
+    """When to stop: whichever of max_steps / max_tokens / max_minutes comes first.
+    ``progress`` is the fraction done (0..1) and drives the LR schedule, so a time-limited run
+    still anneals to the end."""
+
+    max_steps: int | None = None
+    max_tokens: int | None = None
+    max_minutes: float | None = None
+
+    def progress(self, step: int, tokens: int, elapsed_s: float) -> float:
+        parts = []
+        if self.max_steps:
+            parts.append(step / self.max_steps)
+        if self.max_tokens:
+            parts.append(tokens / self.max_tokens)
+        if self.max_minutes:
+            parts.append(elapsed_s / (60.0 * self.max_minutes))
+        if not parts:
+            raise ValueError("set at least one of --max-steps, --max-tokens, --max-minutes")
+        return min(1.0, max(parts))
+
+
+class JsonlLog:
+    """Append-only JSON-lines log (one object per event; every record has 'event' and 'time')."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, event: str, **fields) -> dict:
+        rec = {"event": event, "time": round(time.time(), 3), **fields}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
+        return rec
+
+    def read(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    """Atomic torch.save (write then rename), so an interrupted save never corrupts a resume."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path) -> dict | None:
+    path = Path(path)
+    if not path.exists():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def write_json(path: Path, obj) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+class Progress:
+    """tqdm bar over progress in permille, with tokens/s, loss and ETA in the postfix."""
+
+    def __init__(self, desc: str, enabled: bool = True, initial: float = 0.0):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=1000, desc=desc, disable=not enabled, unit="‰", dynamic_ncols=True,
+                        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}‰ [{elapsed}<{remaining}{postfix}]",
+                        initial=int(initial * 1000), mininterval=2.0)
+        self.t0 = time.time()
+        self.p0 = initial
+
+    def update(self, progress: float, **postfix) -> None:
+        n = int(progress * 1000)
+        if n > self.bar.n:
+            self.bar.update(n - self.bar.n)
+        done = progress - self.p0
+        if done > 0:
+            eta = (time.time() - self.t0) * (1.0 - progress) / done
+            postfix["eta"] = f"{eta / 60:.1f}m"
+        self.bar.set_postfix(postfix, refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def is_loop(tokens: list[int], min_span: int = 8) -> bool:
+    """True if one span of >= min_span tokens, repeated (non-overlapping), covers more than half
+    of the sequence: the 'degenerate loop' criterion used by the benchmark."""
+    n = len(tokens)
+    if n < 2 * min_span:
+        return False
+    toks = tuple(tokens)
+    for length in range(min_span, n // 2 + 1):
+        seen: dict[tuple, list[int]] = {}
+        for i in range(n - length + 1):
+            seen.setdefault(toks[i : i + length], []).append(i)
+        for starts in seen.values():
+            if len(starts) < 2:
+                continue
+            count, last = 0, -length
+            for s in starts:
+                if s >= last + length:
+                    count, last = count + 1, s
+            if count >= 2 and count * length > n / 2:
+                return True
+    return False

@@ -1,0 +1,542 @@
+"""`train draft`: a DFlash draft for any transformers causal-LM target, by self-distillation.
+
+1. The target regenerates continuations greedily (batched, KV cache) from corpus prefixes and
+   chat prompts, so the draft learns exactly what greedy decoding will ask it to predict.
+2. Each step runs the frozen target once over [prompt + continuation] to get the features of
+   ``target_layer_ids`` and its greedy next-token labels, samples random anchors in the
+   continuation, and trains the draft on all blocks at once with the block-diagonal mask:
+   a block sees context strictly BEFORE its anchor (``kv_pos < anchor``) plus its own block
+   (bidirectional), never another block. Slot k predicts the token AT anchor + k (same-position
+   labels), weighted by exp(-(k-1)/gamma); slot 0 (the anchor) has weight 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .common import (Budget, JsonlLog, Progress, cosine_lr, load_checkpoint, save_checkpoint,
+                     set_seed, set_threads, write_json)
+
+
+@dataclass
+class DraftTrainConfig:
+    layers: int = 2
+    block_size: int = 8
+    gamma: float | None = None  # None: 4 for B <= 8, 7 above
+    target_layer_ids: list[int] | None = None
+    num_target_features: int = 4
+    intermediate_size: int | None = None
+    mask_token_id: int | None = None
+    lr: float = 6e-4
+    min_lr_ratio: float = 0.05
+    warmup: float = 0.04
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    batch_size: int = 8  # sequences per step
+    anchors: int = 64  # random blocks per sequence
+    num_sequences: int = 2048
+    prompt_tokens: int = 128
+    min_prompt_tokens: int = 16
+    new_tokens: int = 160
+    gen_batch: int = 32
+    chat_fraction: float = 0.5
+    gen_fraction: float = 0.35
+    checkpoint_minutes: float = 5.0
+    eval_sequences: int = 32
+    eval_anchors: int = 96
+    dtype: str | None = None
+    device: str | None = None
+
+    def decay_gamma(self) -> float:
+        return self.gamma if self.gamma else (4.0 if self.block_size <= 8 else 7.0)
+
+
+# ---------------------------------------------------------------- pure pieces (tested)
+
+
+def loss_weights(block_size: int, gamma: float) -> torch.Tensor:
+    """[B] weights: 0 for the anchor slot, exp(-(k-1)/gamma) for k = 1..B-1."""
+    k = torch.arange(block_size, dtype=torch.float32)
+    w = torch.exp(-(k - 1) / gamma)
+    w[0] = 0.0
+    return w
+
+
+def sample_anchors(prompt_len: int, length: int, n: int, gen: torch.Generator) -> torch.Tensor:
+    """Up to n distinct sorted anchors in [prompt_len, length - 2] (the anchor is a token the
+    target produced; at least one label follows it)."""
+    lo, hi = max(prompt_len, 0), length - 2
+    if hi < lo:
+        return torch.zeros(0, dtype=torch.long)
+    count = hi - lo + 1
+    if count <= n:
+        return torch.arange(lo, hi + 1)
+    return (torch.randperm(count, generator=gen)[:n] + lo).sort().values
+
+
+def block_inputs(seq: torch.Tensor, anchors: torch.Tensor, block_size: int, mask_id: int):
+    """Block token ids [N*B]: [tok[a], MASK x (B-1)] per anchor; positions [N*B]: a + j."""
+    n = len(anchors)
+    ids = torch.full((n, block_size), mask_id, dtype=torch.long)
+    ids[:, 0] = seq[anchors]
+    pos = anchors[:, None] + torch.arange(block_size)[None, :]
+    return ids.reshape(-1), pos.reshape(-1)
+
+
+def training_mask(anchors: torch.Tensor, valid: torch.Tensor, ctx_len: int, block_size: int) -> torch.Tensor:
+    """Bool [N*B, ctx_len + N*B] (True = visible). Query slot of block n sees context keys with
+    position < anchors[n] (strictly: the anchor's own features do not exist at inference) and
+    the B keys of its own block; never another block. Invalid blocks see only themselves (no
+    fully masked rows, which would make attention NaN) and carry zero loss weight."""
+    n = len(anchors)
+    kv_pos = torch.arange(ctx_len)
+    ctx_vis = kv_pos[None, :] < anchors[:, None]  # [N, C]
+    ctx_vis &= valid[:, None]
+    blk = torch.eye(n, dtype=torch.bool)  # [N, N]: own block only
+    blk_vis = blk.repeat_interleave(block_size, dim=1)  # [N, N*B]
+    vis = torch.cat([ctx_vis, blk_vis], dim=1)  # [N, C + N*B]
+    return vis.repeat_interleave(block_size, dim=0)  # [N*B, C + N*B]
+
+
+def block_labels(next_tokens: torch.Tensor, anchors: torch.Tensor, valid: torch.Tensor,
+                 length: int, block_size: int, weights: torch.Tensor):
+    """Same-position labels: slot k of the block at anchor a predicts the token AT a + k, i.e.
+    next_tokens[a + k] (the target's greedy choice there). Returns labels [N, B], weights [N, B]."""
+    pos = anchors[:, None] + torch.arange(block_size)[None, :]
+    in_range = pos < length
+    labels = next_tokens[pos.clamp(max=len(next_tokens) - 1)]
+    w = weights[None, :] * in_range * valid[:, None]
+    return torch.where(in_range, labels, torch.zeros_like(labels)), w
+
+
+def acceptance_stats(correct: torch.Tensor, weight: torch.Tensor) -> tuple[list[float], float, int]:
+    """Per-position accuracy (k = 1..B-1) and the mean acceptance length tau over full blocks:
+    tau = 1 + number of leading correct slots (what greedy verification would accept)."""
+    bsz = correct.shape[-1]
+    valid = weight > 0
+    acc = []
+    for k in range(1, bsz):
+        m = valid[..., k]
+        acc.append(float((correct[..., k] & m).sum()) / max(1, int(m.sum())))
+    full = valid[..., 1:].all(-1)
+    lead = torch.cumprod(correct[..., 1:].long(), dim=-1).sum(-1)
+    n_full = int(full.sum())
+    tau = float((lead[full] + 1).float().mean()) if n_full else float("nan")
+    return acc, tau, n_full
+
+
+# ---------------------------------------------------------------- target side
+
+
+def load_target_and_tokenizer(target: str, device, dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(target)
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype).to(device).eval()
+    model.requires_grad_(False)
+    return model, tok
+
+
+def find_mask_token_id(tokenizer, target) -> int:
+    """The draft's mask row: the tokenizer's mask token, a <|mask|>/<|MASK|> token, or the first
+    padding row past the tokenizer's vocabulary (Qwen3: 151669)."""
+    if getattr(tokenizer, "mask_token_id", None) is not None:
+        return int(tokenizer.mask_token_id)
+    vocab = tokenizer.get_vocab()
+    for name in ("<|mask|>", "<|MASK|>", "<mask>", "<|reserved_special_token_0|>"):
+        if name in vocab:
+            return int(vocab[name])
+    rows = target.get_input_embeddings().weight.shape[0]
+    if rows > len(tokenizer):
+        return len(tokenizer)
+    raise ValueError("no mask row: the tokenizer has no mask token and the embedding has no "
+                     "spare row; pass a mask_token_id")
+
+
+def stop_ids(target, tokenizer) -> list[int]:
+    eos = target.generation_config.eos_token_id if target.generation_config else None
+    ids = eos if isinstance(eos, list) else ([eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return [int(i) for i in ids]
+
+
+def build_prompts(tokenizer, corpus, n: int, cfg: DraftTrainConfig, seed: int, heldout: bool,
+                  extra: list[dict] | None = None) -> list[tuple[list[int], str]]:
+    """Token-id prompts: code prefixes (random files and offsets) and chat requests rendered with
+    the tokenizer's chat template (when it has one)."""
+    from .corpus import chat_examples, read_source, split_files
+
+    train_files, held_files = split_files(corpus)
+    files = held_files if heldout else train_files
+    rng = random.Random(seed + (7 if heldout else 0))
+    has_chat = bool(getattr(tokenizer, "chat_template", None))
+    out: list[tuple[list[int], str]] = []
+    for rec in extra or []:
+        if "messages" in rec and has_chat:
+            text = tokenizer.apply_chat_template(rec["messages"], tokenize=False, add_generation_prompt=True)
+        else:
+            text = rec["prompt"]
+            if rec.get("kind") == "chat" and has_chat:
+                text = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                     tokenize=False, add_generation_prompt=True)
+        out.append((tokenizer(text, add_special_tokens=False)["input_ids"][-cfg.prompt_tokens:], "extra"))
+    n_chat = int(round(n * cfg.chat_fraction)) if has_chat else 0
+    chats: list[list[int]] = []
+    sources = {}
+    order = list(files)
+    rng.shuffle(order)
+    for p in order:
+        if len(chats) >= n_chat:
+            break
+        sources[p] = src = read_source(p)
+        for conv in chat_examples(src, rng):
+            text = tokenizer.apply_chat_template(conv[:1], tokenize=False, add_generation_prompt=True)
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(ids) <= cfg.prompt_tokens:
+                chats.append(ids)
+    rng.shuffle(chats)
+    out += [(c, "chat") for c in chats[:n_chat]]
+    file_ids = {}
+    while len(out) < n + len(extra or []) and files:
+        p = rng.choice(files)
+        if p not in file_ids:
+            file_ids[p] = tokenizer(sources.get(p) or read_source(p), add_special_tokens=False)["input_ids"]
+        ids = file_ids[p]
+        if len(ids) < cfg.min_prompt_tokens + 8:
+            continue
+        plen = rng.randint(cfg.min_prompt_tokens, min(cfg.prompt_tokens, len(ids) - 8))
+        start = rng.randint(0, len(ids) - plen - 1)
+        out.append((ids[start : start + plen], "complete"))
+    rng.shuffle(out)
+    return out
+
+
+@torch.no_grad()
+def regenerate(target, tokenizer, prompts: list[list[int]], max_new: int, stops: list[int],
+               device) -> list[list[int]]:
+    """Batched greedy continuations (left padding); returns prompt + continuation (cut after the
+    first stop token), without padding."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    att = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        att[i, width - len(p):] = 1
+    out = target.generate(input_ids=ids.to(device), attention_mask=att.to(device),
+                          max_new_tokens=max_new, do_sample=False, eos_token_id=stops,
+                          pad_token_id=pad)
+    result = []
+    stop_set = set(stops)
+    for i, p in enumerate(prompts):
+        new = out[i, width:].tolist()
+        for j, t in enumerate(new):
+            if t in stop_set:
+                new = new[: j + 1]
+                break
+        result.append(list(p) + new)
+    return result
+
+
+class SequencePool:
+    """Regenerated sequences with their prompt lengths, saved as flat int tensors (resumable)."""
+
+    def __init__(self):
+        self.seqs: list[torch.Tensor] = []
+        self.prompt_lens: list[int] = []
+        self.kinds: list[str] = []
+
+    def add(self, seq: list[int], prompt_len: int, kind: str) -> None:
+        self.seqs.append(torch.tensor(seq, dtype=torch.int32))
+        self.prompt_lens.append(prompt_len)
+        self.kinds.append(kind)
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def new_tokens(self) -> int:
+        return sum(len(s) - p for s, p in zip(self.seqs, self.prompt_lens))
+
+    def save(self, path: Path) -> None:
+        lens = torch.tensor([len(s) for s in self.seqs], dtype=torch.long)
+        flat = torch.cat(self.seqs) if self.seqs else torch.zeros(0, dtype=torch.int32)
+        kinds = torch.tensor([("complete", "chat", "extra").index(k) for k in self.kinds], dtype=torch.long)
+        save_checkpoint(path, {"flat": flat, "lens": lens, "prompt_lens": torch.tensor(self.prompt_lens, dtype=torch.long), "kinds": kinds})
+
+    @classmethod
+    def load(cls, path: Path) -> "SequencePool":
+        pool = cls()
+        state = load_checkpoint(path)
+        if state is None:
+            return pool
+        offs = [0] + torch.cumsum(state["lens"], 0).tolist()
+        for i in range(len(state["lens"])):
+            pool.seqs.append(state["flat"][offs[i] : offs[i + 1]].clone())
+            pool.prompt_lens.append(int(state["prompt_lens"][i]))
+            pool.kinds.append(("complete", "chat", "extra")[int(state["kinds"][i])])
+        return pool
+
+
+def fill_pool(pool: SequencePool, path: Path, target, tokenizer, prompts, cfg, stops, device,
+              deadline: float | None, log, jlog, bar_desc: str) -> None:
+    """Generate until every prompt has a sequence (resuming after the ones already in the pool)
+    or the deadline passes. Prompts are generated in length-sorted chunks to limit padding."""
+    todo = prompts[len(pool):]
+    if not todo:
+        return
+    t0 = time.time()
+    bar = Progress(bar_desc, enabled=True, initial=len(pool) / max(1, len(prompts)))
+    for i in range(0, len(todo), cfg.gen_batch):
+        if deadline is not None and time.time() > deadline:
+            log(f"{bar_desc}: time share spent after {len(pool)} sequences")
+            break
+        chunk = todo[i : i + cfg.gen_batch]
+        seqs = regenerate(target, tokenizer, [p for p, _ in chunk], cfg.new_tokens, stops, device)
+        for (p, kind), s in zip(chunk, seqs):
+            pool.add(s, len(p), kind)
+        pool.save(path)
+        dt = time.time() - t0
+        bar.update(len(pool) / len(prompts), seqs=len(pool), new_tok_s=f"{pool.new_tokens() / max(dt, 1e-6):.0f}")
+    bar.close()
+    jlog.write("generate", what=bar_desc, sequences=len(pool), new_tokens=pool.new_tokens(),
+               seconds=round(time.time() - t0, 1))
+
+
+# ---------------------------------------------------------------- the training step
+
+
+def draft_batch_loss(draft, target, batch: list[tuple[torch.Tensor, int]], cfg: DraftTrainConfig,
+                     weights: torch.Tensor, gen: torch.Generator | None, device,
+                     eval_anchors: int | None = None):
+    """One forward over a batch of sequences: returns (loss, correct [b,N,B], weight [b,N,B])."""
+    from engine.features import capture_hidden
+
+    bsz, n_anchor = cfg.block_size, (eval_anchors or cfg.anchors)
+    mask_id = draft.mask_token_id
+    lengths = [len(s) for s, _ in batch]
+    width = max(lengths)
+    pad = 0
+    ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    att = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, (s, _) in enumerate(batch):
+        ids[i, : len(s)] = s.long()
+        att[i, : len(s)] = 1
+    with torch.no_grad(), capture_hidden(target, draft.target_layer_ids) as cap:
+        out = target(input_ids=ids.to(device), attention_mask=att.to(device), use_cache=False)
+        feats = cap.take().float()
+    # next_tokens[p] = the target's greedy token AT position p (predicted from position p-1).
+    greedy = out.logits.argmax(-1).cpu()
+    next_tokens = torch.cat([ids[:, :1], greedy[:, :-1]], dim=1)
+    del out
+
+    all_ids, all_pos, masks, labels, wts = [], [], [], [], []
+    for i, (s, plen) in enumerate(batch):
+        if eval_anchors:  # deterministic, evenly spaced
+            lo, hi = plen, lengths[i] - 2
+            cnt = max(0, hi - lo + 1)
+            a = torch.linspace(lo, hi, min(cnt, n_anchor)).round().long().unique() if cnt else torch.zeros(0, dtype=torch.long)
+        else:
+            a = sample_anchors(plen, lengths[i], n_anchor, gen)
+        valid = torch.ones(n_anchor, dtype=torch.bool)
+        valid[len(a):] = False
+        a = torch.cat([a, torch.zeros(n_anchor - len(a), dtype=torch.long)])
+        blk_ids, blk_pos = block_inputs(ids[i], a, bsz, mask_id)
+        all_ids.append(blk_ids)
+        all_pos.append(torch.cat([torch.arange(width), blk_pos]))
+        masks.append(training_mask(a, valid, width, bsz))
+        lab, w = block_labels(next_tokens[i], a, valid, lengths[i], bsz, weights)
+        labels.append(lab)
+        wts.append(w)
+    blk_ids = torch.stack(all_ids).to(device)
+    pos = torch.stack(all_pos).to(device)
+    mask = torch.stack(masks)[:, None].to(device)
+    labels = torch.stack(labels).to(device)  # [b, N, B]
+    wts = torch.stack(wts).to(device)
+
+    noise = draft.embed(target.get_input_embeddings(), blk_ids).float()
+    hidden = draft(noise, feats, pos, attention_mask=mask)
+    # Slot 0 (the anchor) carries no loss: project only slots 1..B-1 through the lm_head.
+    hidden = hidden.view(len(batch), n_anchor, bsz, -1)[:, :, 1:]
+    head = target.get_output_embeddings()
+    logits = draft.compute_logits(hidden.to(head.weight.dtype), head).float()
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, :, 1:].reshape(-1), reduction="none")
+    ce = ce.view_as(wts[:, :, 1:])
+    loss = (ce * wts[:, :, 1:]).sum() / wts.sum().clamp(min=1e-6)
+    correct = torch.zeros_like(labels, dtype=torch.bool)
+    correct[:, :, 1:] = logits.detach().argmax(-1) == labels[:, :, 1:]
+    return loss, correct.cpu(), wts.cpu()
+
+
+@torch.no_grad()
+def evaluate(draft, target, pool: SequencePool, cfg, weights, device) -> dict:
+    draft.eval()
+    corrects, wts, losses = [], [], []
+    for i in range(0, len(pool), cfg.batch_size):
+        batch = [(pool.seqs[j], pool.prompt_lens[j]) for j in range(i, min(len(pool), i + cfg.batch_size))]
+        loss, c, w = draft_batch_loss(draft, target, batch, cfg, weights, None, device,
+                                      eval_anchors=cfg.eval_anchors)
+        corrects.append(c.reshape(-1, cfg.block_size))
+        wts.append(w.reshape(-1, cfg.block_size))
+        losses.append(loss.item())
+    draft.train()
+    if not corrects:
+        return {}
+    acc, tau, n = acceptance_stats(torch.cat(corrects), torch.cat(wts))
+    return {"heldout_loss": round(sum(losses) / len(losses), 4), "tau_est": round(tau, 3),
+            "position_acc": [round(a, 3) for a in acc], "blocks": n}
+
+
+# ---------------------------------------------------------------- the command
+
+
+def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Path | None = None,
+                prompts_file: Path | None = None, cfg: DraftTrainConfig | None = None,
+                budget: Budget | None = None, seed: int = 0, threads: int | None = None,
+                progress: bool = True, log=print) -> dict:
+    from engine.draft import DFlashDraftModel, default_target_layer_ids, new_draft_config, save_draft
+
+    cfg = cfg or DraftTrainConfig()
+    budget = budget or Budget(max_minutes=35)
+    out = Path(out)
+    work = Path(work) if work else out / "_train"
+    set_threads(threads)
+    gen = set_seed(seed)
+    device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = getattr(torch, cfg.dtype) if cfg.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    jlog = JsonlLog(work / "log.jsonl")
+    t_start = time.time()
+    target, tokenizer = load_target_and_tokenizer(target_dir, device, dtype)
+    tcfg = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
+    n_target = tcfg.num_hidden_layers
+    layer_ids = cfg.target_layer_ids or sorted(set(default_target_layer_ids(n_target, max(1, min(cfg.num_target_features, n_target)))))
+    if any(not (0 <= i < n_target) for i in layer_ids):
+        raise ValueError(f"target_layer_ids {layer_ids} out of range for a {n_target}-layer target")
+    mask_id = cfg.mask_token_id if cfg.mask_token_id is not None else find_mask_token_id(tokenizer, target)
+    stops = stop_ids(target, tokenizer)
+    gamma = cfg.decay_gamma()
+    weights = loss_weights(cfg.block_size, gamma)
+
+    # ---- phase 1: regenerate data (resumable; the time share is gen_fraction of the budget)
+    extra = []
+    if prompts_file:
+        extra = [json.loads(line) for line in Path(prompts_file).read_text().splitlines() if line.strip()]
+    state = load_checkpoint(work / "checkpoint.pt")
+    gen_elapsed = float(state["gen_elapsed"]) if state is not None else None
+    train_pool = SequencePool.load(work / "train_sequences.pt")
+    eval_pool = SequencePool.load(work / "eval_sequences.pt")
+    if gen_elapsed is None:
+        jlog.write("start", target=str(target_dir), layer_ids=layer_ids, mask_token_id=mask_id,
+                   config=asdict(cfg), gamma=gamma, seed=seed, budget=asdict(budget))
+        t_gen = time.time()
+        eval_prompts = build_prompts(tokenizer, corpus, cfg.eval_sequences, cfg, seed, heldout=True)
+        fill_pool(eval_pool, work / "eval_sequences.pt", target, tokenizer, eval_prompts, cfg, stops,
+                  device, None, log, jlog, "regenerate held-out")
+        train_prompts = build_prompts(tokenizer, corpus, cfg.num_sequences, cfg, seed, heldout=False, extra=extra)
+        deadline = (t_start + budget.max_minutes * 60 * cfg.gen_fraction) if budget.max_minutes else None
+        fill_pool(train_pool, work / "train_sequences.pt", target, tokenizer, train_prompts, cfg,
+                  stops, device, deadline, log, jlog, "regenerate train")
+        gen_elapsed = time.time() - t_start
+        log(f"data: {len(train_pool)} train sequences ({train_pool.new_tokens():,} regenerated "
+            f"tokens), {len(eval_pool)} held-out, {gen_elapsed / 60:.1f} min")
+    if len(train_pool) == 0:
+        raise ValueError("no training sequences were generated")
+
+    # ---- phase 2: train
+    dcfg = new_draft_config(target.config, cfg.layers, cfg.block_size, mask_id, layer_ids,
+                            intermediate_size=cfg.intermediate_size)
+    torch.manual_seed(seed)
+    draft = DFlashDraftModel(dcfg).to(device).float().train()
+    n_params = sum(p.numel() for p in draft.parameters())
+    opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    step, blocks, elapsed = 0, 0, 0.0
+    if state is not None and "draft" in state:
+        draft.load_state_dict(state["draft"])
+        opt.load_state_dict(state["optimizer"])
+        gen.set_state(state["generator"])
+        step, blocks, elapsed = state["step"], state["blocks"], state["elapsed"]
+        log(f"resumed draft training at step {step} ({elapsed / 60:.1f} min)")
+        jlog.write("resume", step=step, elapsed=elapsed)
+    train_budget = Budget(max_steps=budget.max_steps, max_tokens=budget.max_tokens,
+                          max_minutes=(max(0.1, budget.max_minutes - gen_elapsed / 60) if budget.max_minutes else None))
+    log(f"draft: {cfg.layers} layers, {n_params / 1e6:.2f}M params, block {cfg.block_size}, "
+        f"target layers {layer_ids}, mask id {mask_id}, gamma {gamma:g}")
+
+    def checkpoint(final: bool = False) -> dict:
+        res = {"step": step, "blocks": blocks, "elapsed_min": round(elapsed / 60, 2),
+               **evaluate(draft, target, eval_pool, cfg, weights, device)}
+        jlog.write("eval", **res)
+        log(f"eval step {step}: held-out loss {res.get('heldout_loss')} tau~{res.get('tau_est')} "
+            f"acc {res.get('position_acc')}")
+        save_checkpoint(work / "checkpoint.pt", {
+            "draft": draft.state_dict(), "optimizer": opt.state_dict(), "generator": gen.get_state(),
+            "step": step, "blocks": blocks, "elapsed": elapsed, "gen_elapsed": gen_elapsed})
+        save_draft(draft, out)
+        write_json(out / "training_meta.json", {
+            "kind": "dflash-draft", "target": str(target_dir), "params": n_params, "config": asdict(cfg),
+            "gamma": gamma, "target_layer_ids": layer_ids, "mask_token_id": mask_id, "seed": seed,
+            "train_sequences": len(train_pool), "regenerated_tokens": train_pool.new_tokens(),
+            "generation_minutes": round(gen_elapsed / 60, 1), "steps": step, "blocks": blocks,
+            "train_minutes": round(elapsed / 60, 1), "final": final,
+            **{k: v for k, v in res.items() if k in ("heldout_loss", "tau_est", "position_acc")}})
+        return res
+
+    # Save the phase-1 marker so that a resume skips generation.
+    if state is None:
+        save_checkpoint(work / "checkpoint.pt", {"gen_elapsed": gen_elapsed})
+    bar = Progress("train draft", enabled=progress, initial=train_budget.progress(step, blocks, elapsed))
+    t_last, last_ckpt, ema = time.time(), elapsed, None
+    order = torch.randperm(len(train_pool), generator=gen).tolist()
+    cursor = 0
+    while True:
+        p = train_budget.progress(step, blocks, elapsed)
+        if p >= 1.0:
+            break
+        lr = cosine_lr(p, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        idx = []
+        while len(idx) < min(cfg.batch_size, len(train_pool)):
+            if cursor >= len(order):
+                order, cursor = torch.randperm(len(train_pool), generator=gen).tolist(), 0
+            idx.append(order[cursor])
+            cursor += 1
+        batch = [(train_pool.seqs[j], train_pool.prompt_lens[j]) for j in idx]
+        loss, correct, w = draft_batch_loss(draft, target, batch, cfg, weights, gen, device)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(draft.parameters(), cfg.grad_clip)
+        opt.step()
+        step += 1
+        nb = int((w[..., 1] > 0).sum())
+        blocks += nb
+        now = time.time()
+        dt, t_last = now - t_last, now
+        elapsed += dt
+        lv = loss.item()
+        ema = lv if ema is None else 0.95 * ema + 0.05 * lv
+        acc, tau, _ = acceptance_stats(correct.reshape(-1, cfg.block_size), w.reshape(-1, cfg.block_size))
+        if step % 10 == 0 or step == 1:
+            jlog.write("train", step=step, loss=round(lv, 4), lr=lr, grad_norm=round(float(gnorm), 3),
+                       tau_train=round(tau, 3) if not math.isnan(tau) else None,
+                       acc1=round(acc[0], 3), blocks_s=round(nb / dt, 1),
+                       tok_s=round(nb * (cfg.block_size - 1) / dt, 1), elapsed=round(elapsed, 1))
+        bar.update(train_budget.progress(step, blocks, elapsed), loss=f"{ema:.3f}",
+                   tau=f"{tau:.2f}", tok_s=f"{nb * (cfg.block_size - 1) / dt:.0f}")
+        if elapsed - last_ckpt >= cfg.checkpoint_minutes * 60:
+            checkpoint()
+            last_ckpt = elapsed
+            t_last = time.time()
+    bar.close()
+    res = checkpoint(final=True)
+    jlog.write("done", **res)
+    log(f"done: draft {step} steps -> {out}")
+    return res

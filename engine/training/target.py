@@ -1,0 +1,314 @@
+"""`train target`: a small Qwen3ForCausalLM coder trained from scratch on the corpus (raw source
+windows) mixed with chat request->code pairs, saved with save_pretrained (safetensors) plus
+generation_config.json and the tokenizer, so AutoModelForCausalLM/AutoTokenizer load it."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .common import (Budget, JsonlLog, Progress, cosine_lr, is_loop, load_checkpoint,
+                     save_checkpoint, set_seed, set_threads, write_json)
+
+
+@dataclass
+class TargetShape:
+    layers: int = 12
+    hidden: int = 256
+    intermediate: int = 768
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 64
+    max_positions: int = 1024
+    rope_theta: float = 10000.0
+
+
+@dataclass
+class TargetTrainConfig:
+    seq_len: int = 256
+    batch_size: int = 16
+    lr: float = 1.5e-3
+    min_lr_ratio: float = 0.1
+    warmup: float = 0.03
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    chat_fraction: float = 0.5
+    checkpoint_minutes: float = 5.0
+    eval_windows: int = 24
+    samples: int = 6
+    sample_tokens: int = 96
+
+
+def build_config(shape: TargetShape, tokenizer):
+    from transformers import Qwen3Config
+
+    from .tokenizer import stop_token_ids
+
+    vocab = ((len(tokenizer) + 63) // 64) * 64
+    return Qwen3Config(
+        vocab_size=vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim,
+        max_position_embeddings=shape.max_positions, rope_theta=shape.rope_theta,
+        tie_word_embeddings=True, rms_norm_eps=1e-6, hidden_act="silu",
+        attention_bias=False, attention_dropout=0.0, use_cache=True,
+        eos_token_id=stop_token_ids(tokenizer), pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+
+
+# ---------------------------------------------------------------- data
+
+
+def build_streams(tokenizer, corpus: Path | None, seed: int) -> dict:
+    """Token streams {raw_train, chat_train, raw_held, chat_held} (int32 1-D tensors) plus the
+    held-out chat prompts/reply pairs used for greedy samples."""
+    from .corpus import chat_examples, read_source, split_files
+    from .tokenizer import render_chat
+
+    train_files, held_files = split_files(corpus)
+    eos = tokenizer.eos_token_id
+    rng = random.Random(seed)
+    out = {}
+    for name, files in (("train", train_files), ("held", held_files)):
+        raw_texts, chat_texts = [], []
+        for p in files:
+            src = read_source(p)
+            raw_texts.append(src)
+            for conv in chat_examples(src, rng):
+                chat_texts.append(render_chat(conv))
+        rng.shuffle(chat_texts)
+        for kind, texts in (("raw", raw_texts), ("chat", chat_texts)):
+            ids: list[int] = []
+            if texts:
+                for seq in tokenizer(texts, add_special_tokens=False)["input_ids"]:
+                    ids.extend(seq)
+                    ids.append(eos)
+            out[f"{kind}_{name}"] = torch.tensor(ids, dtype=torch.int32)
+    return out
+
+
+def sample_windows(stream: torch.Tensor, n: int, seq_len: int, gen: torch.Generator):
+    if len(stream) <= seq_len:
+        reps = seq_len // max(1, len(stream)) + 2
+        stream = stream.repeat(reps)
+    starts = torch.randint(0, len(stream) - seq_len, (n,), generator=gen)
+    return torch.stack([stream[s : s + seq_len] for s in starts.tolist()]).long()
+
+
+def eval_windows(stream: torch.Tensor, n: int, seq_len: int) -> torch.Tensor:
+    if len(stream) <= seq_len:
+        stream = stream.repeat(seq_len // max(1, len(stream)) + 2)
+    n = max(1, min(n, (len(stream) - 1) // seq_len))
+    step = (len(stream) - seq_len) // n
+    return torch.stack([stream[i * step : i * step + seq_len] for i in range(n)]).long()
+
+
+@torch.no_grad()
+def heldout_loss(model, windows: torch.Tensor, batch: int = 8) -> float:
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(windows), batch):
+        x = windows[i : i + batch]
+        out = model(input_ids=x, labels=x)
+        total += out.loss.item() * len(x)
+        count += len(x)
+    model.train()
+    return total / max(1, count)
+
+
+def sample_prompts(tokenizer, corpus: Path | None, n: int, seed: int) -> list[dict]:
+    """Held-out prompts: half code prefixes, half chat requests (from held-out files)."""
+    from .corpus import chat_examples, read_source, split_files
+    from .tokenizer import render_chat
+
+    _, held = split_files(corpus)
+    rng = random.Random(seed + 1)
+    prompts = []
+    for p in held:
+        src = read_source(p)
+        lines = [ln for ln in src.splitlines()]
+        for conv in chat_examples(src, rng)[:2]:
+            prompts.append({"kind": "chat", "prompt": render_chat(conv[:1], add_generation_prompt=True)})
+        defs = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("def ")]
+        for i in defs[:2]:
+            prompts.append({"kind": "complete", "prompt": "\n".join(lines[max(0, i - 3) : i + 2]) + "\n"})
+    rng.shuffle(prompts)
+    chats = [p for p in prompts if p["kind"] == "chat"][: (n + 1) // 2]
+    comps = [p for p in prompts if p["kind"] == "complete"][: n // 2]
+    return chats + comps
+
+
+@torch.no_grad()
+def greedy_samples(model, tokenizer, prompts: list[dict], max_new_tokens: int) -> list[dict]:
+    from .tokenizer import stop_token_ids
+
+    model.eval()
+    out = []
+    stops = stop_token_ids(tokenizer)
+    for p in prompts:
+        ids = tokenizer(p["prompt"], add_special_tokens=False, return_tensors="pt")["input_ids"]
+        gen = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False,
+                             eos_token_id=stops, pad_token_id=tokenizer.pad_token_id)
+        new = gen[0, ids.shape[1]:].tolist()
+        out.append({"kind": p["kind"], "prompt": p["prompt"][-200:],
+                    "reply": tokenizer.decode(new), "new_tokens": len(new), "loop": is_loop(new)})
+    model.train()
+    return out
+
+
+# ---------------------------------------------------------------- export
+
+
+def export_model(model, tokenizer, out: Path, meta: dict) -> None:
+    from transformers import GenerationConfig
+
+    from .tokenizer import stop_token_ids
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    GenerationConfig(eos_token_id=stop_token_ids(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                     do_sample=False, max_new_tokens=256).save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    write_json(out / "training_meta.json", meta)
+
+
+# ---------------------------------------------------------------- training
+
+
+def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
+                 corpus: Path | None = None, shape: TargetShape | None = None,
+                 cfg: TargetTrainConfig | None = None, budget: Budget | None = None,
+                 seed: int = 0, threads: int | None = None, progress: bool = True,
+                 log=print) -> dict:
+    from transformers import Qwen3ForCausalLM
+
+    from .tokenizer import load_tokenizer
+
+    out = Path(out)
+    work = Path(work) if work else out / "_train"
+    shape, cfg = shape or TargetShape(), cfg or TargetTrainConfig()
+    budget = budget or Budget(max_minutes=50)
+    set_threads(threads)
+    gen = set_seed(seed)
+    tokenizer = load_tokenizer(tokenizer_dir)
+    jlog = JsonlLog(work / "log.jsonl")
+    ckpt_path = work / "checkpoint.pt"
+
+    data_path = work / "data.pt"
+    if data_path.exists():
+        data = torch.load(data_path, weights_only=True)
+    else:
+        t0 = time.time()
+        data = build_streams(tokenizer, corpus, seed)
+        save_checkpoint(data_path, data)
+        log(f"data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in data.items())
+            + f" ({time.time() - t0:.0f} s)")
+    jlog.write("data", **{k: len(v) for k, v in data.items()})
+
+    config = build_config(shape, tokenizer)
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config)
+    n_params = sum(p.numel() for p in model.parameters())
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
+    step, tokens, elapsed = 0, 0, 0.0
+    state = load_checkpoint(ckpt_path)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        gen.set_state(state["generator"])
+        step, tokens, elapsed = state["step"], state["tokens"], state["elapsed"]
+        log(f"resumed from {ckpt_path} at step {step} ({tokens:,} tokens, {elapsed / 60:.1f} min)")
+        jlog.write("resume", step=step, tokens=tokens, elapsed=elapsed)
+    else:
+        jlog.write("start", params=n_params, shape=asdict(shape), train=asdict(cfg), seed=seed,
+                   budget=asdict(budget))
+    log(f"target: Qwen3ForCausalLM {n_params / 1e6:.2f}M params, {shape.layers} layers x "
+        f"hidden {shape.hidden}, vocab {config.vocab_size}")
+
+    ev_raw = eval_windows(data["raw_held"], cfg.eval_windows, cfg.seq_len)
+    ev_chat = eval_windows(data["chat_held"], cfg.eval_windows, cfg.seq_len)
+    prompts = sample_prompts(tokenizer, corpus, cfg.samples, seed)
+    n_chat = int(round(cfg.batch_size * cfg.chat_fraction))
+    if len(data["chat_train"]) == 0:
+        n_chat = 0
+
+    def evaluate(final: bool = False) -> dict:
+        res = {"step": step, "tokens": tokens, "elapsed_min": round(elapsed / 60, 2),
+               "heldout_loss_raw": round(heldout_loss(model, ev_raw), 4),
+               "heldout_loss_chat": round(heldout_loss(model, ev_chat), 4)}
+        if final or cfg.samples:
+            samples = greedy_samples(model, tokenizer, prompts, cfg.sample_tokens)
+            res["loop_fraction"] = round(sum(s["loop"] for s in samples) / max(1, len(samples)), 3)
+            jlog.write("samples", step=step, samples=samples)
+        jlog.write("eval", **res)
+        log(f"eval step {step}: held-out loss raw {res['heldout_loss_raw']:.3f} chat "
+            f"{res['heldout_loss_chat']:.3f} loops {res.get('loop_fraction')}")
+        return res
+
+    def checkpoint(final: bool = False) -> dict:
+        res = evaluate(final)
+        save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                    "generator": gen.get_state(), "step": step,
+                                    "tokens": tokens, "elapsed": elapsed})
+        meta = {"kind": "target", "params": n_params, "shape": asdict(shape), "train": asdict(cfg),
+                "seed": seed, "steps": step, "tokens": tokens, "minutes": round(elapsed / 60, 1),
+                **{k: v for k, v in res.items() if k.startswith("heldout") or k == "loop_fraction"},
+                "data_tokens": {k: len(v) for k, v in data.items()}, "final": final}
+        export_model(model, tokenizer, out, meta)
+        return res
+
+    model.train()
+    bar = Progress("train target", enabled=progress,
+                   initial=budget.progress(step, tokens, elapsed))
+    t_last = time.time()
+    last_ckpt = elapsed
+    loss_ema = None
+    res = None
+    while True:
+        p = budget.progress(step, tokens, elapsed)
+        if p >= 1.0:
+            break
+        lr = cosine_lr(p, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        parts = [sample_windows(data["raw_train"], cfg.batch_size - n_chat, cfg.seq_len, gen)]
+        if n_chat:
+            parts.append(sample_windows(data["chat_train"], n_chat, cfg.seq_len, gen))
+        x = torch.cat(parts)
+        loss = model(input_ids=x, labels=x).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        step += 1
+        tokens += x.numel()
+        now = time.time()
+        dt, t_last = now - t_last, now
+        elapsed += dt
+        lv = loss.item()
+        loss_ema = lv if loss_ema is None else 0.95 * loss_ema + 0.05 * lv
+        if step % 10 == 0 or step == 1:
+            jlog.write("train", step=step, tokens=tokens, loss=round(lv, 4), lr=lr,
+                       grad_norm=round(float(gnorm), 3), tok_s=round(x.numel() / dt, 1),
+                       elapsed=round(elapsed, 1))
+        bar.update(budget.progress(step, tokens, elapsed), loss=f"{loss_ema:.3f}",
+                   tok_s=f"{x.numel() / dt:.0f}", lr=f"{lr:.1e}")
+        if elapsed - last_ckpt >= cfg.checkpoint_minutes * 60:
+            res = checkpoint()
+            last_ckpt = elapsed
+            t_last = time.time()  # evaluation time is not training time
+    bar.close()
+    res = checkpoint(final=True)
+    jlog.write("done", **res)
+    log(f"done: {step} steps, {tokens:,} tokens, {elapsed / 60:.1f} min -> {out}")
+    return res

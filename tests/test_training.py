@@ -1,0 +1,254 @@
+"""Smoke tests for `dflash-studio train` (tiny sizes, seconds) and the pure pieces of draft
+training: the block-diagonal mask with strict context, same-position labels, loss weights."""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+
+import pytest
+import torch
+
+from app.cli import main as cli
+from engine.training.common import Budget, cosine_lr, is_loop
+from engine.training.draft import (acceptance_stats, block_inputs, block_labels, loss_weights,
+                                   sample_anchors, training_mask)
+from engine.training.tokenizer import CHAT_TEMPLATE, render_chat
+
+FUNC = '''
+def {name}(values, scale=2):
+    """Return the {what} of the values, scaled by the factor."""
+    total = 0
+    for value in values:
+        total += value * scale
+    return total
+
+
+class {cls}:
+    """A small {what} holder."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def describe(self, prefix="item"):
+        """Describe every item in the holder as a string."""
+        return ", ".join(f"{{prefix}} {{i}}" for i in self.items)
+'''
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    words = ["sum", "mean", "total", "product", "weight", "count", "score", "value"]
+    for i, w in enumerate(words):
+        (root / f"mod_{w}.py").write_text(textwrap.dedent(FUNC.format(name=f"compute_{w}", what=w, cls=f"{w.title()}Box")) * 3)
+    (root / "test").mkdir()
+    (root / "test" / "test_skip.py").write_text("assert False\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tok")
+    assert cli(["train", "tokenizer", "--out", str(out), "--corpus", str(corpus), "--vocab-size", "320"]) == 0
+    return out
+
+
+def tiny_target(tmp_path, tokenizer_dir, arch="qwen3", layers=4):
+    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    vocab = ((len(tok) + 63) // 64) * 64
+    kw = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    torch.manual_seed(0)
+    if arch == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(head_dim=8, tie_word_embeddings=True, **kw))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=False, **kw))
+    out = tmp_path / f"target-{arch}"
+    model.save_pretrained(str(out))
+    GenerationConfig(eos_token_id=[tok.convert_tokens_to_ids("<|end|>"), tok.eos_token_id],
+                     pad_token_id=tok.pad_token_id).save_pretrained(str(out))
+    tok.save_pretrained(str(out))
+    return out
+
+
+# ---------------------------------------------------------------- tokenizer
+
+
+def test_tokenizer_loads_with_chat_template_and_special_tokens(tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    msgs = [{"role": "user", "content": "Add two numbers."}, {"role": "assistant", "content": "def add(a, b):\n    return a + b"}]
+    assert tok.apply_chat_template(msgs, tokenize=False) == render_chat(msgs)
+    assert tok.apply_chat_template(msgs[:1], tokenize=False, add_generation_prompt=True).endswith("<|assistant|>\n")
+    for special in ("<|endoftext|>", "<|mask|>", "<|user|>", "<|assistant|>", "<|end|>"):
+        ids = tok(special, add_special_tokens=False)["input_ids"]
+        assert len(ids) == 1, special
+    assert tok.mask_token_id == tok.convert_tokens_to_ids("<|mask|>")
+    assert tok.eos_token == "<|endoftext|>"
+    text = "def f(x):\n    return x  # é\n"
+    assert tok.decode(tok(text)["input_ids"]) == text
+    assert tok.chat_template == CHAT_TEMPLATE
+
+
+def test_corpus_split_is_fixed_and_skips_tests(corpus):
+    from engine.training.corpus import function_pairs, read_source, split_files
+
+    train, held = split_files(corpus)
+    assert held and train and not set(train) & set(held)
+    assert all("test" not in p.parts for p in train + held)
+    assert split_files(corpus) == (train, held)
+    pairs = function_pairs(read_source(train[0]))
+    assert any(req.startswith("Return the") for req, _ in pairs)
+
+
+# ---------------------------------------------------------------- target
+
+
+def test_train_target_smoke_resume_and_load(tmp_path, corpus, tokenizer_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "target"
+    args = ["train", "target", "--out", str(out), "--tokenizer", str(tokenizer_dir), "--corpus", str(corpus),
+            "--layers", "2", "--hidden", "32", "--intermediate", "64", "--heads", "2", "--kv-heads", "1",
+            "--head-dim", "16", "--seq-len", "32", "--batch-size", "4", "--eval-windows", "2",
+            "--samples", "2", "--sample-tokens", "8", "--no-progress", "--threads", "2"]
+    assert cli(args + ["--max-steps", "2"]) == 0
+    assert cli(args + ["--max-steps", "4"]) == 0  # resumes from the step-2 checkpoint
+    log = [json.loads(line) for line in (out / "_train" / "log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log if e["event"] == "resume"] == [2]
+    evals = [e for e in log if e["event"] == "eval"]
+    assert evals[-1]["step"] == 4 and math.isfinite(evals[-1]["heldout_loss_raw"])
+    assert "heldout_loss_chat" in evals[-1]
+    model = AutoModelForCausalLM.from_pretrained(str(out))
+    tok = AutoTokenizer.from_pretrained(str(out))
+    assert type(model).__name__ == "Qwen3ForCausalLM"
+    assert model.config.tie_word_embeddings
+    assert tok.convert_tokens_to_ids("<|end|>") in model.generation_config.eos_token_id
+    assert (out / "model.safetensors").exists()
+    meta = json.loads((out / "training_meta.json").read_text())
+    assert meta["steps"] == 4 and meta["final"]
+
+
+# ---------------------------------------------------------------- draft: pure pieces
+
+
+def test_training_mask_is_block_diagonal_with_strict_context():
+    anchors = torch.tensor([3, 5, 0])
+    valid = torch.tensor([True, True, False])
+    B, C = 3, 8
+    m = training_mask(anchors, valid, C, B)
+    assert m.shape == (3 * B, C + 3 * B)
+    for n in range(3):
+        rows = m[n * B : (n + 1) * B]
+        ctx, blocks = rows[:, :C], rows[:, C:]
+        want_ctx = torch.arange(C) < anchors[n] if valid[n] else torch.zeros(C, dtype=torch.bool)
+        assert torch.equal(ctx, want_ctx.expand(B, C))  # strictly before the anchor (not <=)
+        own = torch.zeros(3 * B, dtype=torch.bool)
+        own[n * B : (n + 1) * B] = True
+        assert torch.equal(blocks, own.expand(B, 3 * B))  # own block, bidirectional; no others
+    assert m.any(dim=1).all()  # no fully masked rows (NaN in attention)
+
+
+def test_block_inputs_and_same_position_labels():
+    seq = torch.arange(100, 120)
+    next_tokens = seq.clone()  # a target whose greedy choice at p is exactly seq[p]
+    anchors = torch.tensor([4, 17])
+    ids, pos = block_inputs(seq, anchors, 4, mask_id=1)
+    assert ids.tolist() == [104, 1, 1, 1, 117, 1, 1, 1]
+    assert pos.tolist() == [4, 5, 6, 7, 17, 18, 19, 20]
+    w = loss_weights(4, gamma=4.0)
+    labels, wts = block_labels(next_tokens, anchors, torch.tensor([True, True]), 20, 4, w)
+    assert labels[0].tolist() == [104, 105, 106, 107]  # slot k predicts the token AT anchor + k
+    assert labels[1, :3].tolist() == [117, 118, 119]
+    assert wts[1, 3] == 0  # position 20 is past the sequence
+    assert wts[0, 0] == 0 and wts[0, 1] == 1.0
+    assert math.isclose(float(wts[0, 2]), math.exp(-1 / 4), rel_tol=1e-6)
+
+
+def test_anchors_are_in_the_continuation():
+    gen = torch.Generator().manual_seed(0)
+    a = sample_anchors(prompt_len=10, length=30, n=5, gen=gen)
+    assert len(a) == 5 and a.min() >= 10 and a.max() <= 28 and torch.equal(a, a.sort().values)
+    assert sample_anchors(10, 15, 50, gen).tolist() == [10, 11, 12, 13]
+    assert len(sample_anchors(10, 11, 5, gen)) == 0
+
+
+def test_acceptance_stats_counts_leading_correct_slots():
+    correct = torch.tensor([[True, True, True, False], [True, False, True, True]])
+    w = torch.tensor([[0, 1, 0.7, 0.5], [0, 1, 0.7, 0.5]])
+    acc, tau, n = acceptance_stats(correct, w)
+    assert acc == [0.5, 1.0, 0.5] and n == 2 and tau == (3 + 1) / 2
+
+
+def test_budget_schedule_and_loop_detector():
+    assert Budget(max_steps=10).progress(5, 0, 0) == 0.5
+    assert Budget(max_steps=100, max_minutes=1).progress(5, 0, 45) == 0.75
+    assert cosine_lr(0.0, 1.0, 0.1) < cosine_lr(0.1, 1.0, 0.1) == 1.0
+    assert math.isclose(cosine_lr(1.0, 1.0, 0.1, 0.1), 0.1)
+    assert is_loop(list(range(10)) * 5)
+    assert not is_loop(list(range(60)))
+
+
+def test_training_forward_matches_inference_view(tmp_path, tokenizer_dir):
+    """A block trained among others, with the mask, must see exactly what the draft sees at
+    inference: context features strictly before its anchor, and its own block."""
+    from engine.draft import DFlashDraftModel, new_draft_config
+    from engine.features import capture_hidden
+    from transformers import AutoModelForCausalLM
+
+    target = AutoModelForCausalLM.from_pretrained(str(tiny_target(tmp_path, tokenizer_dir))).eval()
+    cfg = new_draft_config(target.config, 1, 4, mask_token_id=1, target_layer_ids=[0, 2])
+    torch.manual_seed(0)
+    draft = DFlashDraftModel(cfg).eval()
+    seq = torch.randint(10, 200, (1, 16))
+    with torch.no_grad(), capture_hidden(target, [0, 2]) as cap:
+        target(input_ids=seq)
+        feats = cap.take()
+    anchors, B = torch.tensor([5, 9, 11]), 4
+    ids, pos = block_inputs(seq[0], anchors, B, 1)
+    mask = training_mask(anchors, torch.ones(3, dtype=torch.bool), 16, B)
+    emb = draft.embed(target.get_input_embeddings(), ids[None])
+    with torch.no_grad():
+        h_train = draft(emb, feats, torch.cat([torch.arange(16), pos])[None], attention_mask=mask[None, None])
+        for n, a in enumerate(anchors.tolist()):
+            e = draft.embed(target.get_input_embeddings(), ids[None, n * B : (n + 1) * B])
+            p = torch.cat([torch.arange(a), torch.arange(a, a + B)])[None]
+            h_inf = draft(e, feats[:, :a], p)
+            torch.testing.assert_close(h_train[:, n * B : (n + 1) * B], h_inf, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- draft: the command
+
+
+DRAFT_ARGS = ["--layers", "1", "--block-size", "4", "--batch-size", "2", "--anchors", "4",
+              "--num-sequences", "6", "--eval-sequences", "2", "--prompt-tokens", "24",
+              "--new-tokens", "10", "--gen-batch", "4", "--no-progress", "--threads", "2"]
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_train_draft_smoke_resume_and_load(tmp_path, corpus, tokenizer_dir, arch):
+    from engine.draft import load_draft
+
+    target = tiny_target(tmp_path, tokenizer_dir, arch)
+    out = tmp_path / "draft"
+    args = ["train", "draft", "--target", str(target), "--out", str(out), "--corpus", str(corpus), *DRAFT_ARGS]
+    assert cli(args + ["--max-steps", "2"]) == 0
+    assert cli(args + ["--max-steps", "3"]) == 0
+    log = [json.loads(line) for line in (out / "_train" / "log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log if e["event"] == "resume"] == [2]
+    assert sum(e["event"] == "generate" for e in log) == 2  # generation ran once (held-out + train)
+    final = [e for e in log if e["event"] == "eval"][-1]
+    assert final["step"] == 3 and len(final["position_acc"]) == 3
+    draft = load_draft(out)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == ["DFlashDraftModel"] and cfg["block_size"] == 4
+    tok_mask = 1  # <|mask|> is the second special token
+    assert cfg["dflash_config"]["mask_token_id"] == tok_mask == draft.mask_token_id
+    assert cfg["num_target_layers"] == 4 and len(draft.layers) == 1
+    ids = cfg["dflash_config"]["target_layer_ids"]
+    assert ids == sorted(set(ids)) and all(0 <= i < 4 for i in ids)

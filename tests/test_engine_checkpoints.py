@@ -1,0 +1,169 @@
+"""Loading real-format checkpoints: the z-lab draft format round trip, and every bad
+checkpoint giving its own clear error."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from app.cli import main
+from engine.config import EngineConfig, SamplingConfig
+from engine.draft import load_draft
+from engine.errors import CheckpointError, IncompatibleDraftError
+from engine.events import Finished
+from engine.loading import load_models
+from engine.runtime import Engine
+from tests.tiny_models import save_tiny_pair
+
+Z_LAB_KEYS = {
+    "fc.weight", "hidden_norm.weight", "norm.weight",
+    "layers.0.input_layernorm.weight", "layers.0.post_attention_layernorm.weight",
+    "layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_proj.weight", "layers.0.self_attn.v_proj.weight",
+    "layers.0.self_attn.o_proj.weight", "layers.0.self_attn.q_norm.weight", "layers.0.self_attn.k_norm.weight",
+    "layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight", "layers.0.mlp.down_proj.weight",
+}
+
+
+@pytest.fixture()
+def pair(tmp_path):
+    return save_tiny_pair(tmp_path)
+
+
+def engine_for(target_dir, draft_dir):
+    return Engine.load(EngineConfig(target=str(target_dir), draft=str(draft_dir)))
+
+
+def final(engine, prompt="def add(a, b):", **kw):
+    events = list(engine.generate(engine.encode(prompt, raw=True), SamplingConfig(max_new_tokens=kw.pop("n", 24), **kw)))
+    assert isinstance(events[-1], Finished), events[-1]
+    return events[-1]
+
+
+def test_saved_draft_is_in_z_lab_format(pair):
+    _, draft_dir, target, draft, _ = pair
+    assert set(load_file(str(draft_dir / "model.safetensors"))) == Z_LAB_KEYS
+    config = json.loads((draft_dir / "config.json").read_text())
+    assert config["architectures"] == ["DFlashDraftModel"]
+    assert config["block_size"] == 8
+    assert config["dflash_config"]["mask_token_id"] == draft.mask_token_id
+    assert config["dflash_config"]["target_layer_ids"] == draft.target_layer_ids
+    assert config["num_target_layers"] == target.config.num_hidden_layers
+
+
+def test_draft_round_trip_gives_identical_outputs(pair):
+    target_dir, draft_dir, target, draft, _ = pair
+    loaded = load_draft(draft_dir)
+    for name, tensor in draft.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor, rtol=0, atol=0)
+    noise = torch.randn(1, 8, draft.config.hidden_size)
+    ctx = torch.randn(1, 5, draft.fc.in_features)
+    pos = torch.arange(13)[None]
+    torch.testing.assert_close(loaded(noise, ctx, pos), draft(noise, ctx, pos), rtol=0, atol=0)
+    a = final(engine_for(target_dir, draft_dir))
+    b = final(engine_for(target_dir, draft_dir), block_size=1)
+    assert a.token_ids == b.token_ids
+
+
+def test_block_size_inside_dflash_config_and_model_prefix(pair, tmp_path):
+    target_dir, draft_dir, *_ = pair
+    moved = tmp_path / "repo" / "dflash"  # MiMo-style subfolder
+    shutil.copytree(draft_dir, moved)
+    config = json.loads((moved / "config.json").read_text())
+    config["dflash_config"]["block_size"] = config.pop("block_size") // 2
+    (moved / "config.json").write_text(json.dumps(config))
+    weights = load_file(str(moved / "model.safetensors"))
+    save_file({f"model.{k}": v for k, v in weights.items()}, str(moved / "model.safetensors"))
+    draft = load_draft(moved)
+    assert draft.block_size == 4
+
+
+def test_bad_checkpoints_give_clear_errors(pair, tmp_path):
+    target_dir, draft_dir, target, *_ = pair
+    with pytest.raises(CheckpointError, match="not found"):
+        engine_for(target_dir, tmp_path / "nope")
+    with pytest.raises(CheckpointError, match="no such directory"):
+        Engine.load(EngineConfig(target=str(tmp_path / "missing-target")))
+
+    pickled = tmp_path / "pickled"
+    shutil.copytree(draft_dir, pickled)
+    (pickled / "model.safetensors").unlink()
+    torch.save({"fc.weight": torch.zeros(1)}, pickled / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match="pickle"):
+        engine_for(target_dir, pickled)
+
+    no_config = tmp_path / "noconfig"
+    shutil.copytree(draft_dir, no_config)
+    (no_config / "config.json").unlink()
+    with pytest.raises(CheckpointError, match="config.json"):
+        engine_for(target_dir, no_config)
+
+    def variant(name, edit):
+        path = tmp_path / name
+        shutil.copytree(draft_dir, path)
+        config = json.loads((path / "config.json").read_text())
+        edit(config)
+        (path / "config.json").write_text(json.dumps(config))
+        return path
+
+    layers = target.config.num_hidden_layers
+    rows = target.get_input_embeddings().weight.shape[0]
+    with pytest.raises(IncompatibleDraftError, match="beyond the target"):
+        engine_for(target_dir, variant("layers", lambda c: (c["dflash_config"].update(target_layer_ids=[layers + 3]), c.update(num_target_layers=None))))
+    with pytest.raises(IncompatibleDraftError, match="mask_token_id"):
+        engine_for(target_dir, variant("mask", lambda c: c["dflash_config"].update(mask_token_id=rows + 5)))
+    with pytest.raises(IncompatibleDraftError, match="vocabulary"):
+        engine_for(target_dir, variant("vocab", lambda c: c.update(vocab_size=rows * 2)))
+    with pytest.raises(IncompatibleDraftError, match="layer target"):
+        engine_for(target_dir, variant("depth", lambda c: c.update(num_target_layers=layers + 10)))
+    # a wider draft: config and weights agree with each other but not with the target
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    from engine.draft import DFlashDraftModel, new_draft_config, save_draft
+    config = new_draft_config(target.config, 1, 8, rows - 1)
+    config.hidden_size *= 2
+    config.head_dim = config.hidden_size // config.num_attention_heads
+    save_draft(DFlashDraftModel(config), wide)
+    with pytest.raises(IncompatibleDraftError, match="hidden size"):
+        engine_for(target_dir, wide)
+    # weights that do not match their own config
+    broken = variant("broken", lambda c: c.update(intermediate_size=c["intermediate_size"] * 2))
+    with pytest.raises(CheckpointError, match="shape"):
+        engine_for(target_dir, broken)
+
+
+def test_cli_reports_errors_without_traceback(pair, tmp_path, capsys):
+    target_dir, *_ = pair
+    code = main(["generate", "--target", str(target_dir), "--draft", str(tmp_path / "missing"), "hi"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err
+
+
+def test_cli_generate_json(pair, capsys):
+    target_dir, draft_dir, *_ = pair
+    code = main(["generate", "--target", str(target_dir), "--draft", str(draft_dir), "--max-new-tokens", "20",
+                 "--json", "def add(a, b):"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(result) >= {"text", "token_ids", "acceptance_lengths", "tokens_per_s", "finish_reason"}
+    assert 1 + sum(result["acceptance_lengths"]) == len(result["token_ids"])
+    engine = engine_for(target_dir, draft_dir)
+    assert result["token_ids"] == list(final(engine, n=20, block_size=1).token_ids)
+
+
+def test_cli_bench_json(pair, tmp_path, capsys):
+    target_dir, draft_dir, *_ = pair
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "def add(a, b):", "kind": "complete"}\n{"prompt": "class Stack:", "kind": "complete"}\n')
+    code = main(["bench", "--target", str(target_dir), "--draft", str(draft_dir), "--prompts", str(prompts),
+                 "--max-new-tokens", "16", "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["prompts"] == 2 and result["identical"] == 2
+    assert {"tokens", "seconds", "tokens_per_s"} <= set(result["ar"]) and {"tokens", "seconds", "tokens_per_s"} <= set(result["dflash"])
+    assert "mean_acceptance_length" in result["dflash"] and "per_position_acceptance" in result["dflash"]
+    assert result["speedup"] > 0

@@ -1,0 +1,161 @@
+"""The flagship tests: greedy DFlash equals plain greedy decoding, token for token."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from engine import decode as decode_module
+from engine.config import FallbackConfig, SamplingConfig
+from engine.decode import generate
+from engine.events import Cycle, Finished, Started
+from tests.tiny_models import tiny_draft, tiny_target
+
+PROMPT = [5, 17, 33, 2, 9, 41, 8]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_target()
+
+
+def run(target, draft, prompt=PROMPT, **kwargs):
+    stop = kwargs.pop("stop_token_ids", ())
+    cancel = kwargs.pop("cancel", None)
+    fallback = kwargs.pop("fallback", None)
+    events = list(generate(target, draft, prompt, SamplingConfig(**kwargs), stop_token_ids=stop,
+                           cancel=cancel, fallback=fallback))
+    assert isinstance(events[0], Started), events
+    assert isinstance(events[-1], Finished), events[-1]
+    return events, events[-1]
+
+
+def hf_greedy(target, prompt, n):
+    out = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                          max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return out[0, len(prompt):].tolist()
+
+
+def oracle_propose(reference, correct):
+    """A stand-in for the draft network that knows the true greedy continuation: its first
+    ``correct`` proposals of each block are right, the rest wrong. It exercises every accept,
+    bonus and cache-crop path with real acceptance lengths."""
+
+    def propose(draft, target, draft_cache, pending, anchor, start, block):
+        offset = start - len(PROMPT)  # reference[offset] is the anchor
+        truth = reference[offset + 1: offset + block]
+        truth += [0] * (block - 1 - len(truth))
+        k = correct(start, block)
+        proposals = [t if j < k else (t + 1) % 90 for j, t in enumerate(truth)]
+        logits = torch.zeros(block - 1, 96)
+        return proposals, logits
+
+    return propose
+
+
+@pytest.mark.parametrize("block_size", [2, 4, 8, 16])
+def test_greedy_dflash_equals_transformers_generate(target, block_size):
+    draft = tiny_draft(target, block_size=block_size)
+    reference = hf_greedy(target, PROMPT, 40)
+    events, finished = run(target, draft, max_new_tokens=40)
+    assert list(finished.token_ids) == reference
+    assert finished.reason == "length"
+
+
+def test_sliding_window_draft_equals_plain(target):
+    draft = tiny_draft(target, layers=2, sliding_window=4)
+    assert draft.layers[0].self_attn.is_causal and draft.layers[0].self_attn.sliding_window == 4
+    _, finished = run(target, draft, max_new_tokens=30)
+    assert list(finished.token_ids) == hf_greedy(target, PROMPT, 30)
+
+
+def test_block_size_one_is_plain_decoding(target):
+    events, finished = run(target, None, max_new_tokens=20)
+    cycles = [e for e in events if isinstance(e, Cycle)]
+    assert all(c.block_size == 1 and c.draft_tokens == () for c in cycles)
+    assert list(finished.token_ids) == hf_greedy(target, PROMPT, 20)
+
+
+@pytest.mark.parametrize("correct", [0, 3, 7])
+def test_accepting_drafts_keeps_output_identical(target, monkeypatch, correct):
+    reference = hf_greedy(target, PROMPT, 50)
+    monkeypatch.setattr(decode_module, "propose", oracle_propose(reference, lambda start, block: correct))
+    draft = tiny_draft(target, block_size=8)
+    events, finished = run(target, draft, max_new_tokens=50)
+    assert list(finished.token_ids) == reference
+    cycles = [e for e in events if isinstance(e, Cycle)]
+    taus = [c.tau for c in cycles]
+    assert tuple(taus) == finished.acceptance_lengths
+    assert all(1 <= t <= 8 for t in taus)
+    assert 1 + sum(taus) == len(finished.token_ids)  # the prefill token plus every cycle's tokens
+    full = [c for c in cycles if c.block_size == 8]
+    assert all(c.accepted == min(correct, 7) for c in full)
+    for c in full:
+        assert c.emitted == c.draft_tokens[: c.accepted] + (c.bonus,)
+        assert c.rejected == c.draft_tokens[c.accepted:]
+        assert [s.verdict for s in c.slots][: c.accepted] == ["accepted"] * c.accepted
+        assert c.context_length == c.anchor_position + c.tau
+
+
+def test_acceptance_lengths_in_range_and_sum(target):
+    draft = tiny_draft(target, block_size=4)
+    events, finished = run(target, draft, max_new_tokens=33)
+    assert len(finished.token_ids) == 33
+    assert all(1 <= t <= 4 for t in finished.acceptance_lengths)
+    assert 1 + sum(finished.acceptance_lengths) == 33
+
+
+def test_last_block_shrinks_to_fit_max_new_tokens(target, monkeypatch):
+    reference = hf_greedy(target, PROMPT, 12)
+    monkeypatch.setattr(decode_module, "propose", oracle_propose(reference, lambda s, b: 16))
+    events, finished = run(target, tiny_draft(target, block_size=8), max_new_tokens=12)
+    cycles = [e for e in events if isinstance(e, Cycle)]
+    assert [c.block_size for c in cycles] == [8, 4]
+    assert finished.acceptance_lengths == (8, 3)  # the bonus of the last block is cut by length
+    assert list(finished.token_ids) == reference
+
+
+def test_stop_token_cuts_output(target, monkeypatch):
+    reference = hf_greedy(target, PROMPT, 30)
+    stop = reference[9]
+    first = reference.index(stop)
+    monkeypatch.setattr(decode_module, "propose", oracle_propose(reference, lambda s, b: 5))
+    _, finished = run(target, tiny_draft(target), max_new_tokens=30, stop_token_ids=[stop])
+    assert finished.reason == "stop"
+    assert list(finished.token_ids) == reference[: first + 1]
+
+
+def test_cancel_is_honoured_within_one_cycle(target):
+    cancel = threading.Event()
+    seen = []
+    gen = generate(target, tiny_draft(target), PROMPT, SamplingConfig(max_new_tokens=200), cancel=cancel)
+    for event in gen:
+        seen.append(event)
+        if isinstance(event, Cycle) and event.index == 2:
+            cancel.set()
+    assert isinstance(seen[-1], Finished) and seen[-1].reason == "cancelled"
+    assert sum(isinstance(e, Cycle) for e in seen) == 2
+
+
+def test_fallback_switches_sizes_and_output_stays_identical(target, monkeypatch):
+    reference = hf_greedy(target, PROMPT, 80)
+    monkeypatch.setattr(decode_module, "propose", oracle_propose(reference, lambda s, b: 0))
+    fallback = FallbackConfig(enabled=True, min_cycles_before_switch=2, window=4)
+    events, finished = run(target, tiny_draft(target), max_new_tokens=80, fallback=fallback)
+    cycles = [e for e in events if isinstance(e, Cycle)]
+    changes = [c.fallback for c in cycles if c.fallback.changed]
+    assert changes and all(d.reason for d in changes)
+    assert len({c.block_size for c in cycles}) > 1
+    assert list(finished.token_ids) == reference
+
+
+def test_text_pieces_match_token_counts(target):
+    events, finished = run(target, tiny_draft(target), max_new_tokens=10)
+    for c in (e for e in events if isinstance(e, Cycle)):
+        assert len(c.emitted_pieces) == len(c.emitted)
+        assert len(c.rejected_pieces) == len(c.rejected)
+        assert len(c.slots) == c.block_size - 1
+        for slot in c.slots:
+            assert len(slot.draft_top) == 3 and 0.0 <= slot.target_prob <= 1.0

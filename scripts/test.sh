@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Sets up and runs the whole test suite on a fresh machine (Debian, Python 3.11):
+#   Debian's chromium for the Playwright end-to-end tests (Playwright cannot download its own
+#   browser here), the project with its test extras (torch==2.13.0 takes the CPU wheel on disk),
+#   then pytest. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v chromium >/dev/null 2>&1 && [ -x /usr/bin/apt-get ] && [ "$(id -u)" = 0 ]; then
+    echo "== installing Debian's chromium for the end-to-end tests"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
+echo "== installing dflash-studio with its test extras"
+python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+
+export GRADIO_ANALYTICS_ENABLED=False
+echo "== running the tests"
+set +e
+python3 -m pytest "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+    echo "pytest collected no tests: that is a failure here" >&2
+    exit 1
+fi
+exit "$status"

@@ -1,0 +1,116 @@
+"""`dflash-studio serve` (also what `dflash-studio` alone runs) and `dflash-studio desktop`:
+the Gradio app on loopback, the model loading in the background, sessions in SQLite."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .config import AppConfig, parse_auth
+from .options import add_model_options
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome", "microsoft-edge")
+
+
+def register(subparsers) -> None:
+    serve = subparsers.add_parser("serve", help="run the app in the browser (the default command)")
+    _add_app_options(serve)
+    serve.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
+    serve.set_defaults(func=run_serve)
+
+    desktop = subparsers.add_parser("desktop", help="run the app in its own window (pywebview, else Chromium --app)")
+    _add_app_options(desktop)
+    desktop.set_defaults(func=run_desktop, no_browser=True)
+
+
+def _add_app_options(parser) -> None:
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1; any other needs --auth)")
+    parser.add_argument("--port", type=int, help="port (default: the first free one from 7860)")
+    parser.add_argument("--auth", metavar="USER:PASSWORD", help="require this login (needed off loopback)")
+    parser.add_argument("--db", type=Path, metavar="PATH", help="session database (default: $DFLASH_STUDIO_DB or the user data dir)")
+    parser.add_argument("--models-dir", type=Path, metavar="DIR",
+                        help="offer every DIR/<name>/ holding target/ (and draft/) in the model picker")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="default reply length (default 256)")
+    parser.add_argument("--block-size", type=int, help="default block size (default: the draft's)")
+    parser.add_argument("--no-fallback", action="store_true", help="start with dynamic fallback switched off")
+    add_model_options(parser)
+
+
+def app_config(args) -> AppConfig:
+    from .options import engine_config
+
+    return AppConfig(
+        host=args.host, port=args.port, db_path=args.db, engine=engine_config(args), models_dir=args.models_dir,
+        max_new_tokens=args.max_new_tokens, block_size=args.block_size, fallback=not args.no_fallback,
+        open_browser=not args.no_browser, auth=parse_auth(args.auth),
+    ).validate()
+
+
+def _start(args, **launch_overrides):
+    from .wiring import build_studio
+
+    config = app_config(args)
+    studio = build_studio(config)
+    studio.host.start()  # loads in the background; the page works meanwhile
+    if studio.store.recovered:
+        print(f"dflash-studio: {studio.store.recovered} reply(ies) left streaming by the last run marked interrupted",
+              file=sys.stderr)
+    return studio, launch_overrides
+
+
+def run_serve(args) -> int:
+    studio, _ = _start(args)
+    try:
+        studio.demo.launch(**studio.launch_kwargs())  # blocks until Ctrl-C
+    finally:
+        studio.close()
+    return 0
+
+
+def run_desktop(args) -> int:
+    studio, _ = _start(args)
+    try:
+        studio.demo.launch(**studio.launch_kwargs(inbrowser=False, prevent_thread_lock=True))
+        url = studio.demo.local_url
+        open_window(url)
+    finally:
+        studio.close()
+    return 0
+
+
+def open_window(url: str) -> None:
+    """A native window (pywebview) if installed, else Chromium/Chrome in --app mode; returns when
+    the window closes. Without either, opens the default browser and serves until Ctrl-C."""
+    try:
+        import webview  # type: ignore[import-not-found]
+    except ImportError:
+        webview = None
+    if webview is not None:
+        webview.create_window("DFlash Studio", url, width=1440, height=920)
+        webview.start()
+        return
+    browser = next((path for name in BROWSERS if (path := shutil.which(name))), None)
+    if browser is not None:
+        profile = tempfile.mkdtemp(prefix="dflash-studio-window-")
+        command = [browser, f"--app={url}", f"--user-data-dir={profile}", "--no-first-run",
+                   "--window-size=1440,920"]
+        if os.geteuid() == 0 if hasattr(os, "geteuid") else False:
+            command.append("--no-sandbox")
+        subprocess.run(command, check=False)
+        return
+    import webbrowser
+
+    print(f"dflash-studio: no pywebview or Chromium found; opening {url} in the default browser "
+          "(pip install 'dflash-studio[desktop]' for a native window). Ctrl-C to quit.", file=sys.stderr)
+    webbrowser.open(url)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass

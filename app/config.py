@@ -1,0 +1,63 @@
+"""``AppConfig``: how the app is served and which models it offers, validated once at the edge."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.config import EngineConfig
+from engine.errors import InvalidRequestError
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_auth(value: str | None) -> tuple[str, str] | None:
+    if not value:
+        return None
+    user, sep, password = value.partition(":")
+    if not sep or not user or not password:
+        raise InvalidRequestError("--auth must be USER:PASSWORD (both non-empty)")
+    return user, password
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    host: str = "127.0.0.1"
+    port: int | None = None  # None: Gradio's first free port from 7860
+    db_path: Path | None = None  # None: storage.default_db_path()
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    models_dir: Path | None = None  # each subfolder with target/ and draft/ is offered in the model picker
+    max_new_tokens: int = 256
+    block_size: int | None = None
+    fallback: bool = True
+    open_browser: bool = True
+    auth: tuple[str, str] | None = None
+    flush_interval_s: float = 1.0
+
+    def validate(self) -> "AppConfig":
+        if not is_loopback(self.host) and self.auth is None:
+            raise InvalidRequestError(
+                f"refusing to listen on {self.host} without authentication: anyone on the network could use "
+                "the model and read your sessions. Add --auth USER:PASSWORD, or keep the default 127.0.0.1."
+            )
+        if self.port is not None and not 0 < self.port < 65536:
+            raise InvalidRequestError(f"--port must be between 1 and 65535 (got {self.port})")
+        if not 1 <= self.max_new_tokens <= 32768:
+            raise InvalidRequestError(f"--max-new-tokens must be between 1 and 32768 (got {self.max_new_tokens})")
+        if self.block_size is not None and not 1 <= self.block_size <= 16:
+            raise InvalidRequestError(f"--block-size must be between 1 and 16 (got {self.block_size})")
+        if self.models_dir is not None and not Path(self.models_dir).is_dir():
+            raise InvalidRequestError(f"--models-dir {self.models_dir} is not a directory")
+        if self.flush_interval_s <= 0 or self.flush_interval_s > 1.0:
+            raise InvalidRequestError("the reply flush interval must be in (0, 1] seconds")
+        return self

@@ -1,0 +1,207 @@
+"""Composition root of the app: the model catalog, the engine host (ONE worker thread that
+loads models and runs generations, in order), the session store and the Gradio page.
+
+    studio = build_studio(config)          # nothing loads yet
+    studio.host.start()                    # the model loads in the background, with progress
+    studio.demo.launch(**studio.launch_kwargs())
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is imported
+
+import threading  # noqa: E402
+from concurrent.futures import Future, ThreadPoolExecutor  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+from engine.config import EngineConfig  # noqa: E402
+from engine.errors import CheckpointError  # noqa: E402
+
+from .config import AppConfig  # noqa: E402
+
+EMBEDDED_KEY = "tiny-coder (embedded)"
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    key: str  # shown in the model picker, stored in session settings
+    target: str | None  # None: the embedded tiny coder
+    draft: str | None
+    note: str = ""
+
+
+def model_catalog(config: AppConfig, embedded_dir: Path | None = None) -> list[ModelChoice]:
+    """The embedded pair, the pair given on the command line, and pairs in ``--models-dir``."""
+    choices: list[ModelChoice] = []
+    if config.engine.target:
+        target = config.engine.target
+        key = Path(target).name or target
+        if config.engine.draft:
+            key = f"{key} + {Path(config.engine.draft).name or config.engine.draft}"
+        choices.append(ModelChoice(key, target, config.engine.draft, "command line"))
+    if embedded_dir is None:
+        from engine.loading import embedded_pair
+
+        embedded_dir = embedded_pair()[0].parent
+    if (embedded_dir / "target").is_dir() or not choices:
+        choices.append(ModelChoice(EMBEDDED_KEY, None, None, "embedded"))
+    if config.models_dir is not None:
+        for folder in sorted(Path(config.models_dir).iterdir()):
+            if (folder / "target").is_dir():
+                draft = folder / "draft"
+                choices.append(ModelChoice(folder.name, str(folder / "target"),
+                                           str(draft) if draft.is_dir() else None, str(folder)))
+    seen, unique = set(), []
+    for choice in choices:
+        if choice.key not in seen:
+            seen.add(choice.key)
+            unique.append(choice)
+    return unique
+
+
+Loader = Callable[[ModelChoice, Callable[[float, str], None]], Any]
+
+
+def engine_loader(base: EngineConfig) -> Loader:
+    """Loads a pair with the real engine (torch is imported only here, on the worker)."""
+
+    def load(choice: ModelChoice, progress):
+        from engine.runtime import Engine
+
+        config = EngineConfig(target=choice.target, draft=choice.draft, device=base.device, dtype=base.dtype,
+                              speculative=base.speculative)
+        return Engine.load(config, progress=progress)
+
+    return load
+
+
+class EngineHost:
+    """Holds the current engine; ONE worker thread runs model loads and generations in order.
+
+    ``switch`` queues a load; while it runs, ``status()`` reports its progress. A failed load
+    (an incompatible draft, a missing checkpoint) keeps the previous engine and reports why.
+    """
+
+    def __init__(self, catalog: list[ModelChoice], loader: Loader, initial_key: str | None = None):
+        from ui.context import LoadStatus
+
+        self._LoadStatus = LoadStatus
+        self.catalog = {choice.key: choice for choice in catalog}
+        self.loader = loader
+        self.initial_key = initial_key or (catalog[0].key if catalog else "")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dflash-engine")
+        self._lock = threading.Lock()
+        self._engine = None
+        self._key = ""
+        self._status = LoadStatus("loading", 0.0, "waiting to start", self.initial_key)
+
+    # -------------------------------------------------------------- what the UI reads
+    @property
+    def engine(self):
+        return self._engine
+
+    @property
+    def current_key(self) -> str:
+        return self._key or self.initial_key
+
+    def status(self):
+        with self._lock:
+            return self._status
+
+    def choices(self) -> list[tuple[str, str]]:
+        return [(key, key) for key in self.catalog]
+
+    # -------------------------------------------------------------- work on the one worker
+    def start(self) -> Future:
+        return self.switch(self.initial_key)
+
+    def switch(self, key: str) -> Future:
+        if key not in self.catalog:
+            future: Future = Future()
+            future.set_exception(CheckpointError(f"unknown model {key!r}"))
+            return future
+        with self._lock:
+            self._status = self._LoadStatus("loading", 0.0, "queued", key, "")
+        return self._executor.submit(self._load, key)
+
+    def submit(self, fn: Callable[[Any], Any]) -> Future:
+        """Run ``fn(engine)`` on the engine worker after everything queued before it."""
+        return self._executor.submit(lambda: fn(self._engine))
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _load(self, key: str):
+        def progress(fraction: float, message: str) -> None:
+            with self._lock:
+                self._status = self._LoadStatus("loading", float(fraction), message, key, "")
+
+        try:
+            engine = self.loader(self.catalog[key], progress)
+        except BaseException as exc:
+            reason = str(exc) or type(exc).__name__
+            with self._lock:
+                state = "ready" if self._engine is not None else "failed"
+                self._status = self._LoadStatus(state, 1.0, "", self._key or key, f"{key}: {reason}")
+            raise
+        with self._lock:
+            self._engine, self._key = engine, key
+            self._status = self._LoadStatus("ready", 1.0, "ready", key, "")
+        return engine
+
+
+@dataclass
+class Studio:
+    config: AppConfig
+    store: Any
+    host: EngineHost
+    ctx: Any
+    demo: Any
+    extra_launch: dict = field(default_factory=dict)
+
+    def launch_kwargs(self, **overrides) -> dict:
+        from ui.layout import launch_options
+
+        kwargs = dict(
+            server_name=self.config.host, server_port=self.config.port, auth=self.config.auth,
+            inbrowser=self.config.open_browser, share=False, ssr_mode=False, show_error=True, quiet=False,
+            run_history=False, **launch_options(),
+        )
+        kwargs.update(self.extra_launch)
+        kwargs.update(overrides)
+        return kwargs
+
+    def close(self) -> None:
+        try:
+            self.demo.close()
+        finally:
+            self.host.shutdown()
+            self.store.close()
+
+
+def build_studio(config: AppConfig, *, store=None, loader: Loader | None = None,
+                 catalog: list[ModelChoice] | None = None) -> Studio:
+    """Wire store + engine host + UI. Tests pass an in-memory store and a FakeEngine loader."""
+    from ui.layout import build_ui
+
+    ctx = build_context(config, store=store, loader=loader, catalog=catalog)
+    return Studio(config, ctx.store, ctx.engines, ctx, build_ui(ctx))
+
+
+def build_context(config: AppConfig, *, store=None, loader: Loader | None = None,
+                  catalog: list[ModelChoice] | None = None):
+    """The UI's context (store + engine host + defaults) without building the page."""
+    from storage import SessionStore, default_db_path
+    from ui.context import Defaults, UIContext
+
+    config.validate()
+    if store is None:
+        store = SessionStore(config.db_path or default_db_path())
+    catalog = catalog if catalog is not None else model_catalog(config)
+    host = EngineHost(catalog, loader or engine_loader(config.engine))
+    defaults = Defaults(max_new_tokens=config.max_new_tokens, block_size=config.block_size, fallback=config.fallback)
+    return UIContext(store=store, engines=host, defaults=defaults, flush_interval_s=config.flush_interval_s)

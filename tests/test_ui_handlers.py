@@ -1,0 +1,270 @@
+"""UI handlers driven directly (no server, no browser) with the scriptable FakeEngine and an
+in-memory store: what the page shows, and what the database holds at each step."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from types import SimpleNamespace
+
+import gradio as gr
+import pytest
+
+from tests.fake_engine import FakeEngine, FakeReply, fake_studio
+from ui import handlers as h
+
+CONTROLS = (8, 0.0, 1.0, 256, True, True)  # block size, temperature, top-p, max new tokens, fallback, show rejected
+
+
+@pytest.fixture
+def engine():
+    return FakeEngine()
+
+
+@pytest.fixture
+def ctx(engine):
+    ctx = fake_studio(engine, ui=False)
+    ctx.engines.start().result(timeout=10)
+    yield ctx
+    ctx.engines.shutdown()
+    ctx.store.close()
+
+
+def send(ctx, text, session_id=None, controls=CONTROLS):
+    out = h.submit_prompt(ctx, session_id, text, *controls)
+    return out[0], out
+
+
+def run(ctx, session_id, controls=CONTROLS):
+    return list(h.respond(ctx, session_id, *controls))
+
+
+def reply_cycles(updates) -> int:
+    """Cycles drawn in the last acceptance chart."""
+    figures = [u[4] for u in updates if not isinstance(u[4], dict)]
+    return len(figures[-1].data[0].x)
+
+
+def messages(ctx, session_id):
+    return [(m["role"], m["status"], m["content"]) for m in ctx.store.get_messages(session_id)]
+
+
+def test_the_user_message_is_committed_before_generation_and_the_reply_streams_into_the_store(ctx, engine):
+    engine.enqueue(FakeReply("def add(a, b):\n    return a + b\n", accept=(2, 5, 0, 3)))
+    session_id, out = send(ctx, "write add()")
+    assert messages(ctx, session_id) == [("user", "complete", "write add()")]  # stored, no reply yet
+    assert out[4] == "" and out[2][-1] == {"role": "assistant", "content": "…"}  # input cleared, pending bubble
+    updates = run(ctx, session_id)
+    chat, ids, token_view, stats = updates[-1][:4]
+    assert messages(ctx, session_id)[-1] == ("assistant", "complete", "def add(a, b):\n    return a + b\n")
+    reply = ctx.store.get_messages(session_id)[-1]
+    assert reply["finish_reason"] == "stop" and reply["new_tokens"] > 0 and reply["mean_tau"] > 1
+    assert len(ctx.store.get_cycles(reply["id"])) == reply_cycles(updates) > 0
+    assert 'data-origin="accepted"' in token_view and 'data-origin="bonus"' in token_view
+    assert "reply-footer" in chat[-1]["content"] and "mean τ" in chat[-1]["content"]
+    assert ids == [m["id"] for m in ctx.store.get_messages(session_id)]
+    assert engine.calls[0]["fallback"].enabled is True and engine.calls[0]["sampling"].block_size == 8
+
+
+def test_replies_stream_once_per_cycle_when_cycles_are_slow(ctx, engine):
+    engine.delay_s = 0.06
+    engine.enqueue(FakeReply("a b c d e f g h i j", accept=(1,)))
+    session_id, _ = send(ctx, "go")
+    views = [u[2] for u in run(ctx, session_id) if isinstance(u[2], str)]
+    counts = [v.count('class="tok"') for v in views]
+    assert len(set(counts)) >= 4 and counts == sorted(counts)  # the view grows block by block
+
+
+def test_invalid_settings_are_refused_with_a_message_and_nothing_is_stored(ctx):
+    with pytest.raises(gr.Error, match="temperature must be between 0 and 5"):
+        h.submit_prompt(ctx, None, "hello", 8, 9.0, 1.0, 256, True, True)
+    with pytest.raises(gr.Error, match="block_size must be between 1 and 16"):
+        h.submit_prompt(ctx, None, "hello", 99, 0.0, 1.0, 256, True, True)
+    with pytest.raises(gr.Error, match="Type a message"):
+        h.submit_prompt(ctx, None, "   ", *CONTROLS)
+    assert ctx.store.list_sessions() == []
+
+
+def test_an_over_long_prompt_is_refused_before_it_is_stored():
+    ctx = fake_studio(FakeEngine(context_window=16), ui=False)
+    ctx.engines.start().result(timeout=10)
+    with pytest.raises(gr.Error, match="context window is 16 tokens"):
+        h.submit_prompt(ctx, None, "word " * 40, *CONTROLS)
+    assert ctx.store.list_sessions() == []
+
+
+def test_stop_ends_within_one_cycle_and_keeps_the_partial_reply(ctx, engine):
+    engine.delay_s = 0.05
+    engine.enqueue(FakeReply(" ".join(["tok"] * 400), accept=(1,)))
+    session_id, _ = send(ctx, "long please")
+    stream = h.respond(ctx, session_id, *CONTROLS)
+    updates = []
+    for update in stream:
+        updates.append(update)
+        if len(updates) == 3:
+            h.stop(ctx, session_id)
+            stopped_at = time.monotonic()
+    assert time.monotonic() - stopped_at < 1.0
+    reply = ctx.store.get_messages(session_id)[-1]
+    assert reply["status"] == "interrupted" and reply["finish_reason"] == "cancelled"
+    assert 0 < len(reply["content"]) < len(" ".join(["tok"] * 400))
+    assert "stopped" in updates[-1][0][-1]["content"]
+
+
+def test_an_engine_error_ends_the_reply_visibly_and_keeps_the_text(ctx, engine):
+    engine.enqueue(FakeReply("a b c d e f g h i j k l m n", accept=(1,), fail_after=2, failure="CUDA fell over"))
+    session_id, _ = send(ctx, "x")
+    chat = run(ctx, session_id)[-1][0]
+    reply = ctx.store.get_messages(session_id)[-1]
+    assert reply["status"] == "error" and reply["error"] == "CUDA fell over" and reply["content"].startswith("a b")
+    assert "⚠ error: CUDA fell over" in chat[-1]["content"]
+    assert "⚠ error: CUDA fell over" in h.chat_history(ctx, session_id)[0][-1]["content"]  # after reload too
+
+
+def test_regenerate_replaces_the_last_reply(ctx, engine):
+    engine.enqueue("first answer", "second answer")
+    session_id, _ = send(ctx, "q")
+    run(ctx, session_id)
+    chat, _ = h.regenerate(ctx, session_id)
+    assert chat[-1]["content"] == "…" and messages(ctx, session_id) == [("user", "complete", "q")]
+    run(ctx, session_id)
+    assert [m[2] for m in messages(ctx, session_id)] == ["q", "second answer"]
+
+
+def test_edit_and_resend_the_last_user_message(ctx, engine):
+    engine.enqueue("one", "two")
+    session_id, _ = send(ctx, "first")
+    run(ctx, session_id)
+    ids = [m["id"] for m in ctx.store.get_messages(session_id)]
+    evt = SimpleNamespace(index=0, value="first &lt;edited&gt;", previous_value="first")
+    h.edit_message(ctx, session_id, ids, evt)
+    run(ctx, session_id)
+    assert [m[2] for m in messages(ctx, session_id)] == ["first <edited>", "two"]
+    assert engine.calls[-1]["prompt_ids"] == engine.encode([{"role": "user", "content": "first <edited>"}])
+
+
+def test_only_the_last_user_message_can_be_edited(ctx, engine):
+    session_id, _ = send(ctx, "a")
+    run(ctx, session_id)
+    send(ctx, "b", session_id)
+    run(ctx, session_id)
+    ids = [m["id"] for m in ctx.store.get_messages(session_id)]
+    with pytest.raises(gr.Error, match="Only the last message"):
+        h.edit_message(ctx, session_id, ids, SimpleNamespace(index=0, value="changed"))
+
+
+def test_the_conversation_so_far_is_the_prompt(ctx, engine):
+    engine.enqueue("A1", "A2")
+    session_id, _ = send(ctx, "Q1")
+    run(ctx, session_id)
+    send(ctx, "Q2", session_id)
+    run(ctx, session_id)
+    expected = [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"}, {"role": "user", "content": "Q2"}]
+    assert engine.calls[-1]["prompt_ids"] == engine.encode(expected)
+
+
+def test_complete_mode_continues_the_code_as_raw_text_into_the_editor(ctx, engine):
+    engine.enqueue(FakeReply("    return n > 1\n", accept=(3,)))
+    out = h.submit_completion(ctx, None, "def is_prime(n):\n", *CONTROLS)
+    session_id = out[0]
+    last = run(ctx, session_id)[-1]
+    assert last[-1] == "def is_prime(n):\n    return n > 1\n"  # the code editor
+    assert engine.calls[-1]["prompt_ids"] == engine.encode("def is_prime(n):\n", raw=True)
+    assert [m["kind"] for m in ctx.store.get_messages(session_id)] == ["complete", "complete"]
+    assert '<span class="k">return</span>' in last[2]  # whole text lexed as code
+
+
+def test_one_engine_worker_runs_one_generation_at_a_time(ctx, engine):
+    engine.delay_s = 0.02
+    sessions = [send(ctx, f"q{i}")[0] for i in range(3)]
+    threads = [threading.Thread(target=run, args=(ctx, sid)) for sid in sessions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert engine.max_concurrent == 1
+    assert all(messages(ctx, sid)[-1][1] == "complete" for sid in sessions)
+
+
+def test_a_reply_is_finished_and_saved_even_if_the_page_goes_away(ctx, engine):
+    engine.delay_s = 0.02
+    engine.enqueue(FakeReply("a b c d e f g h i j k l m n o p", accept=(1,)))
+    session_id, _ = send(ctx, "x")
+    stream = h.respond(ctx, session_id, *CONTROLS)
+    next(stream)
+    stream.close()  # the browser tab closed mid-reply
+    deadline = time.monotonic() + 10
+    while ctx.store.get_messages(session_id)[-1]["status"] != "complete" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert messages(ctx, session_id)[-1] == ("assistant", "complete", "a b c d e f g h i j k l m n o p")
+
+
+def test_the_page_waits_for_the_model_with_its_load_progress():
+    engine = FakeEngine()
+    ctx = fake_studio(engine, load_delay_s=1.0, ui=False)
+    ctx.engines.start()
+    session_id, _ = send(ctx, "hello")  # the page is usable while the model loads
+    updates = run(ctx, session_id)
+    waiting = [u[0][-1]["content"] for u in updates if u[0][-1]["content"].startswith("⏳")]
+    assert waiting and "loading fake-coder" in waiting[0]
+    assert messages(ctx, session_id)[-1][1] == "complete"
+
+
+def test_sessions_list_switch_rename_search_delete_and_export(ctx, engine):
+    engine.enqueue("reply one", "reply two")
+    first, _ = send(ctx, "first topic")
+    run(ctx, first)
+    second, _ = send(ctx, "second <topic>")
+    run(ctx, second)
+    assert [title for title, _ in h.session_choices(ctx)] == ["second <topic>", "first topic"]  # most recent first
+
+    view = h.on_load(ctx, None)  # a fresh page shows the latest session
+    assert view[0] == second and view[2][0]["content"] == "second &lt;topic&gt;"
+    view = h.on_load(ctx, first)  # ... or the one this browser showed last
+    assert view[0] == first and [r["role"] for r in view[2]] == ["user", "assistant"]
+    assert 'data-origin="bonus"' in view[6]  # the last reply's tokens
+
+    h.rename(ctx, first, "Renamed")
+    assert ctx.store.get_session(first)["title"] == "Renamed"
+    assert [c for c in h.search(ctx, "reply two", None).choices] == [("second <topic>", second)]
+
+    exported = h.export(ctx, first).value
+    path = exported["path"] if isinstance(exported, dict) else exported
+    document = json.loads(open(path, encoding="utf-8").read())
+    assert document["sessions"][0]["title"] == "Renamed" and document["sessions"][0]["messages"][1]["cycles"]
+
+    out = h.confirm_delete(ctx, second)
+    assert [s["id"] for s in ctx.store.list_sessions()] == [first]
+    assert out[1] == first  # the page moves to the remaining session
+
+
+def test_settings_are_saved_with_the_session_and_restored(ctx, engine):
+    session_id, _ = send(ctx, "x")
+    run(ctx, session_id)
+    h.save_settings(ctx, session_id, 4, 0.7, 0.9, 128, False, False)
+    saved = ctx.store.get_session(session_id)["settings"]
+    assert {k: saved[k] for k in h.SETTING_KEYS} == {"block_size": 4, "temperature": 0.7, "top_p": 0.9,
+                                                    "max_new_tokens": 128, "fallback": False, "show_rejected": False}
+    view = h.select_session(ctx, session_id)
+    assert view[-6:] == (4, 0.7, 0.9, 128, False, False)
+    reply = ctx.store.get_messages(session_id)[-1]
+    assert reply["settings"]["block_size"] == 8  # the settings each reply was generated with
+
+
+def test_picking_an_incompatible_pair_is_refused_with_the_reason(ctx, engine):
+    picker, status, _ = h.pick_model(ctx, "incompatible-pair")
+    assert ctx.engines.current_key == engine.name and ctx.engines.engine is engine
+    assert "hidden size 64" in status and "fake-coder" in status
+    assert picker.value == engine.name
+
+
+def test_show_reply_renders_a_past_reply(ctx, engine):
+    engine.enqueue("old reply", "new reply")
+    session_id, _ = send(ctx, "a")
+    run(ctx, session_id)
+    send(ctx, "b", session_id)
+    run(ctx, session_id)
+    ids = [m["id"] for m in ctx.store.get_messages(session_id)]
+    token_view = h.show_reply(ctx, ids, SimpleNamespace(index=1))[0]
+    assert "old" in token_view and "new" not in token_view

@@ -1,0 +1,134 @@
+"""The token view, chat text and figures: pure functions of engine events / stored cycles."""
+
+from __future__ import annotations
+
+import html
+import re
+
+from engine.config import FallbackConfig, SamplingConfig
+from engine.events import Cycle, Finished, Started, event_to_dict
+from tests.fake_engine import FakeEngine, FakeReply
+from ui import charts
+from ui.render import assistant_markdown, chat_markdown, render_token_view, stats_html, syntax_classes, user_markdown
+from ui.trace import ReplyTrace
+
+XSS = "<img src=x onerror=alert(1)>"
+
+
+def trace_of(reply: FakeReply, fallback: bool = True, block_size: int = 8) -> ReplyTrace:
+    engine = FakeEngine(block_size=block_size)
+    engine.enqueue(reply)
+    trace = ReplyTrace()
+    for event in engine.generate(engine.encode("x"), SamplingConfig(), FallbackConfig(enabled=fallback)):
+        if isinstance(event, Started):
+            trace.start(event.first_text, event.block_size, event.prefill_ms)
+        elif isinstance(event, Cycle):
+            trace.add_cycle(event_to_dict(event))
+        elif isinstance(event, Finished):
+            trace.finished = event_to_dict(event)
+    return trace
+
+
+def spans(html_text: str) -> list[dict]:
+    pattern = r'<span class="tok" data-origin="(\w+)" data-cycle="(\d+)" data-slot="(\d+)" title="([^"]*)">'
+    return [dict(zip(("origin", "cycle", "slot", "title"), m)) for m in re.findall(pattern, html_text)]
+
+
+def test_every_token_is_a_span_with_origin_cycle_and_tooltip_in_display_order():
+    trace = trace_of(FakeReply("a b c d e f g h", accept=(2, 0), fallback_at={}))
+    html_text = render_token_view(trace)
+    got = [(s["origin"], s["cycle"], s["slot"]) for s in spans(html_text)]
+    # prefill "a"; cycle 1: 2 accepted drafts, 5 rejected, bonus at slot 3; cycle 2: 0 accepted, 7 rejected, bonus slot 1
+    assert got[:9] == [("bonus", "0", "0"), ("accepted", "1", "1"), ("accepted", "1", "2")] + [
+        ("rejected", "1", str(j)) for j in range(3, 8)] + [("bonus", "1", "3")]
+    assert got[9:17] == [("rejected", "2", str(j)) for j in range(1, 8)] + [("bonus", "2", "1")]
+    first_accepted = spans(html_text)[1]["title"]
+    assert "cycle 1" in first_accepted and "slot 1/7" in first_accepted and "draft p 0.90" in first_accepted
+
+
+def test_text_of_the_view_is_the_reply_and_rejected_tokens_are_not_in_it():
+    reply = FakeReply("def f(x):\n    return x\n", accept=(1, 3, 0))
+    trace = trace_of(reply)
+    assert trace.text == reply.text
+    assert trace.new_tokens == sum(trace.taus) + 1  # every cycle's tau plus the prefill token
+
+
+def test_model_text_is_escaped_in_the_token_view_and_tooltips():
+    trace = trace_of(FakeReply(f'x {XSS} "q"', accept=(7,)))
+    html_text = render_token_view(trace)
+    assert "<img" not in html_text and "&lt;" in html_text
+    visible = html.unescape(re.sub(r"<[^>]+>", "", html_text.split('<div class="tv-body">')[1]))
+    assert XSS in visible  # shown as text
+    assert '"q"' not in html_text  # quotes are escaped too (tooltips are attributes)
+
+
+def test_syntax_colours_survive_inside_origin_spans_in_code_blocks_only():
+    trace = trace_of(FakeReply("Use this:\n```python\ndef f():\n    return 1\n```\nok def", accept=(7,)))
+    html_text = render_token_view(trace)
+    assert re.search(r'data-origin="\w+"[^>]*><span class="k">def</span>', html_text)  # keyword colour kept
+    assert syntax_classes("prose def\n")[6:9] == ["", "", ""]  # prose outside fences stays plain
+    assert syntax_classes("def f(): pass", mode="complete")[:3] == ["k", "k", "k"]  # complete mode: all code
+
+
+def test_fallback_changes_are_marked_inline_with_their_reason():
+    trace = trace_of(FakeReply("a b c d e f g h i j k l m n o p q r", accept=(1,),
+                               fallback_at={2: (4, "reduced", "τ 2.0 over last 2 cycles; block 8 → 4")}))
+    html_text = render_token_view(trace)
+    assert 'class="tv-fallback" title="τ 2.0 over last 2 cycles; block 8 → 4"' in html_text
+    assert trace.block_sizes[:3] == [8, 8, 4]
+    assert trace.marks[0].after_cycle == 2
+
+
+def test_a_stored_reply_renders_like_the_live_one():
+    trace = trace_of(FakeReply("def f(x):\n    return x * 2\n", accept=(3, 0, 2)))
+    cycles = [{k: v for k, v in dict_.items()} for dict_ in _cycle_dicts(trace)]
+    stored = ReplyTrace.from_stored(trace.text, cycles, {"settings": {"block_size": 8}, "status": "complete"})
+    assert render_token_view(stored) == render_token_view(trace)
+
+
+def _cycle_dicts(trace: ReplyTrace):
+    engine = FakeEngine()
+    engine.enqueue(FakeReply("def f(x):\n    return x * 2\n", accept=(3, 0, 2)))
+    return [event_to_dict(e) for e in engine.generate(engine.encode("x"), SamplingConfig(), FallbackConfig(enabled=True))
+            if isinstance(e, Cycle)]
+
+
+def test_figures_per_position_histogram_and_speedup():
+    trace = trace_of(FakeReply(" ".join("abcdefghijklmnopqrstuvwxyz"), accept=(7, 0)), fallback=False)
+    hist = trace.tau_histogram()
+    assert sum(hist.values()) == trace.cycles and hist[8] == trace.taus.count(8) and hist[1] == trace.taus.count(1)
+    rates = trace.per_position_acceptance()
+    assert len(rates) == 7 and 0.4 < rates[0] <= 0.6 and rates == sorted(rates, reverse=True)
+    assert trace.estimated_speedup() > 0
+    assert "mean τ" in stats_html(trace) and "est. speedup" in stats_html(trace)
+
+
+def test_chat_markdown_escapes_html_outside_code_and_keeps_code_literal():
+    assert chat_markdown(XSS) == "&lt;img src=x onerror=alert(1)&gt;"
+    assert chat_markdown("`<b>` and <b>") == "`<b>` and &lt;b&gt;"
+    fenced = "```html\n<b>bold</b>\n```\nthen <i>"
+    assert chat_markdown(fenced) == "```html\n<b>bold</b>\n```\nthen &lt;i&gt;"
+    assert chat_markdown("```python\nx = 1") == "```python\nx = 1\n```"  # a fence still streaming is closed
+    assert "&lt;img" in user_markdown(XSS)
+
+
+def test_reply_markdown_carries_footer_and_end_state():
+    trace = trace_of(FakeReply("a b c", accept=(7,)))
+    assert "reply-footer" in assistant_markdown("a b c", "complete", trace)
+    assert "stopped" in assistant_markdown("a b", "interrupted", trace)
+    error = assistant_markdown("a", "error", trace, error="<boom>")
+    assert "⚠ error: &lt;boom&gt;" in error
+
+
+def test_charts_are_plotly_figures_with_block_size_and_annotations():
+    trace = trace_of(FakeReply(" ".join("abcdefghijklmnopqrstuvwxyz"), accept=(1,),
+                               fallback_at={3: (4, "reduced", "why")}))
+    fig = charts.acceptance_chart(trace)
+    names = [t.name for t in fig.data]
+    assert names == ["τ (tokens this cycle)", "block size"]
+    assert list(fig.data[1].y)[:5] == [8, 8, 8, 4, 4]
+    assert any(a.hovertext == "why" for a in fig.layout.annotations)
+    assert charts.session_chart({"replies": [{"mean_tau": 2.0, "tokens_per_s": 10.0}]}).data[0].y == (2.0,)
+    assert charts.tau_histogram({"2": 3}).data[0].x == (2,)
+    assert charts.position_chart([0.5, 0.25]).data[0].y == (0.5, 0.25)
+    assert charts.acceptance_chart(None).data[0].x == ()

@@ -1,0 +1,170 @@
+"""One reply: run the engine on the engine worker, record every event in the store as it comes,
+and hand the events to the page that asked for them.
+
+The recording happens on the worker thread, not in the Gradio handler: if the browser goes away
+mid-reply, the reply still finishes and is saved. The handler side (``stream_reply``) only reads
+a queue and yields ``ReplyTrace`` snapshots, coalescing cycles that arrive faster than the page
+can draw them.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from engine.config import FallbackConfig, SamplingConfig
+from engine.errors import DFlashError
+from engine.events import Cycle, Failed, Finished, Started, event_to_dict
+
+from .context import UIContext
+from .trace import ReplyTrace
+
+DONE = object()
+
+
+@dataclass
+class ReplyUpdate:
+    """A snapshot for the page: the trace so far and where the reply stands."""
+
+    trace: ReplyTrace
+    status: str  # "waiting" | "streaming" | "complete" | "interrupted" | "error"
+    message_id: int | None = None
+    note: str = ""  # waiting: the model's load progress; error: the message
+    cycles_added: int = 0
+    final: bool = False
+
+
+@dataclass
+class GenerationRequest:
+    session_id: int
+    prompt: object  # chat messages (list of dicts) or raw text
+    raw: bool
+    kind: str  # "chat" | "complete"
+    sampling: SamplingConfig
+    fallback: FallbackConfig
+    settings: dict
+
+
+def record_reply(ctx: UIContext, request: GenerationRequest, engine, cancel: threading.Event, out: queue.Queue) -> None:
+    """Runs on the engine worker: encode, check, generate, save; every event also goes to ``out``.
+    Errors never vanish: they are saved on the reply (when there is one) and sent to ``out``."""
+    if engine is None:
+        out.put(("refused", "no model is loaded (see the model status above the settings)"))
+        out.put(DONE)
+        return
+    try:
+        ids = engine.encode(request.prompt, raw=request.raw)
+        sampling = engine.check_request(ids, request.sampling)
+        events = engine.generate(ids, sampling, request.fallback, cancel)
+    except (DFlashError, ValueError) as exc:
+        out.put(("refused", str(exc)))
+        out.put(DONE)
+        return
+    except Exception as exc:  # noqa: BLE001 - shown to the user, not swallowed
+        out.put(("refused", f"{type(exc).__name__}: {exc}"))
+        out.put(DONE)
+        return
+    try:
+        message_id = ctx.store.start_reply(request.session_id, model=getattr(engine, "name", ""),
+                                           settings=request.settings, kind=request.kind)
+        out.put(("message", message_id))
+        with ctx.store.reply_writer(message_id, flush_interval_s=ctx.flush_interval_s) as writer:
+            text = ""
+            for event in events:
+                if isinstance(event, Started):
+                    text = event.first_text
+                    writer.set_content(text)
+                    writer.flush()
+                elif isinstance(event, Cycle):
+                    text += event.emitted_text
+                    writer.add_cycle(event_to_dict(event))
+                    writer.set_content(text)
+                    writer.maybe_flush()
+                elif isinstance(event, Finished):
+                    writer.set_content(event.text or text)
+                    status = "interrupted" if event.reason == "cancelled" else "complete"
+                    writer.finish(status, stats=event_to_dict(event))
+                elif isinstance(event, Failed):
+                    writer.finish("error", error=event.message)
+                out.put(("event", event))
+            if not writer.finished:  # the stream ended without Finished/Failed
+                writer.finish("interrupted")
+    except Exception as exc:  # noqa: BLE001 - the writer saved the reply as 'error'; tell the page
+        out.put(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        out.put(DONE)
+
+
+def stream_reply(ctx: UIContext, request: GenerationRequest) -> Iterator[ReplyUpdate]:
+    """Submit the request to the engine worker and yield snapshots until the reply ends."""
+    cancel = ctx.new_cancel(request.session_id)
+    out: queue.Queue = queue.Queue()
+    ctx.engines.submit(lambda engine: record_reply(ctx, request, engine, cancel, out))
+    trace = ReplyTrace()
+    update = ReplyUpdate(trace, "waiting")
+    last_yield = 0.0
+    try:
+        while True:
+            try:
+                item = out.get(timeout=0.25)
+            except queue.Empty:
+                if update.status == "waiting":
+                    status = ctx.engines.status()
+                    update.note = (f"loading {status.model_key}: {status.message} ({status.fraction:.0%})"
+                                   if status.state == "loading" else "waiting for the engine…")
+                    yield update
+                continue
+            pending = [item]
+            while item is not DONE:  # drain what is already there: one page update for all of it
+                try:
+                    item = out.get_nowait()
+                except queue.Empty:
+                    break
+                pending.append(item)
+            done = False
+            for item in pending:
+                if item is DONE:
+                    done = True
+                else:
+                    _apply(update, item)
+            if done:
+                update.final = True
+                if update.status in ("waiting", "streaming"):
+                    update.status = "interrupted"
+                yield update
+                return
+            now = time.monotonic()
+            if now - last_yield >= ctx.yield_interval_s or update.status not in ("waiting", "streaming"):
+                last_yield = now
+                yield update
+                update.cycles_added = 0
+    finally:
+        ctx.forget_cancel(request.session_id, cancel)
+
+
+def _apply(update: ReplyUpdate, item: tuple) -> None:
+    kind, value = item
+    trace = update.trace
+    if kind == "message":
+        update.message_id = value
+        update.status = "streaming"
+    elif kind == "refused":
+        update.status, update.note = "refused", value
+    elif kind == "error":
+        update.status, update.note = "error", value
+        trace.error = value
+    elif isinstance(value, Started):
+        trace.start(value.first_text, value.block_size, value.prefill_ms)
+    elif isinstance(value, Cycle):
+        trace.add_cycle(event_to_dict(value))
+        update.cycles_added += 1
+    elif isinstance(value, Finished):
+        trace.finished = event_to_dict(value)
+        trace.cancelled = value.reason == "cancelled"
+        update.status = "interrupted" if trace.cancelled else "complete"
+    elif isinstance(value, Failed):
+        trace.error = value.message
+        update.status, update.note = "error", value.message

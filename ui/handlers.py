@@ -1,0 +1,475 @@
+"""Event handlers: plain functions of (ctx, component values) that return component values.
+
+Everything shown comes from the store (sessions, messages, cycles); the browser keeps only the
+id of the session it shows. Engine work goes through ``ctx.engines.submit`` (one worker).
+Bad input raises ``gr.Error`` with a clear message before anything is stored or cleared.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import gradio as gr
+
+from engine.config import FallbackConfig, SamplingConfig
+from engine.errors import DFlashError
+
+from . import charts
+from .context import UIContext
+from .generation import GenerationRequest, ReplyUpdate, stream_reply
+from .render import assistant_markdown, esc, render_token_view, stats_html, user_markdown
+from .trace import ReplyTrace
+
+SETTING_KEYS = ("block_size", "temperature", "top_p", "max_new_tokens", "fallback", "show_rejected")
+TITLE_CHARS = 48
+STORE_ERRORS: tuple[type[Exception], ...]
+try:
+    from storage.errors import StoreError as _StoreError
+
+    STORE_ERRORS = (_StoreError, ValueError)
+except ImportError:  # pragma: no cover - storage is part of the distribution
+    STORE_ERRORS = (ValueError,)
+
+
+# ============================================================================ settings
+
+
+def default_settings(ctx: UIContext) -> dict:
+    d = ctx.defaults
+    engine = ctx.engines.engine
+    block = d.block_size or (engine.block_size if engine is not None else 8)
+    return {"block_size": int(block), "temperature": d.temperature, "top_p": d.top_p,
+            "max_new_tokens": d.max_new_tokens, "fallback": d.fallback, "show_rejected": d.show_rejected}
+
+
+def settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
+    def number(value, cast, name):
+        try:
+            return cast(value)
+        except (TypeError, ValueError):
+            raise gr.Error(f"{name} must be a number (got {value!r})") from None
+
+    return {
+        "block_size": number(block_size, int, "block size"),
+        "temperature": number(temperature, float, "temperature"),
+        "top_p": number(top_p, float, "top-p"),
+        "max_new_tokens": number(max_new_tokens, int, "max new tokens"),
+        "fallback": bool(fallback),
+        "show_rejected": bool(show_rejected),
+    }
+
+
+def check_settings(ctx: UIContext, settings: dict) -> tuple[SamplingConfig, FallbackConfig]:
+    """Server-side validation of everything that reaches the engine (every event is an API too)."""
+    sampling = SamplingConfig(max_new_tokens=settings["max_new_tokens"], block_size=settings["block_size"],
+                              temperature=settings["temperature"], top_p=settings["top_p"])
+    try:
+        sampling.validate(max_block_size=ctx.defaults.max_block_size)
+    except DFlashError as exc:
+        raise gr.Error(f"Invalid settings: {exc}") from None
+    return sampling, FallbackConfig(enabled=settings["fallback"])
+
+
+def settings_outputs(ctx: UIContext, settings: dict | None) -> tuple:
+    merged = {**default_settings(ctx), **{k: v for k, v in (settings or {}).items() if k in SETTING_KEYS}}
+    return tuple(merged[key] for key in SETTING_KEYS)
+
+
+# ============================================================================ views
+
+
+def session_choices(ctx: UIContext, query: str = "") -> list[tuple[str, int]]:
+    sessions = ctx.store.search_sessions(query) if query and query.strip() else ctx.store.list_sessions()
+    return [(s["title"], s["id"]) for s in sessions]
+
+
+def session_list(ctx: UIContext, session_id: int | None, query: str = ""):
+    choices = session_choices(ctx, query)
+    value = session_id if any(v == session_id for _, v in choices) else None
+    return gr.Radio(choices=choices, value=value)
+
+
+def _light_trace(rows: list[dict]) -> ReplyTrace:
+    """A trace for figures only (no token texts) from ``session_cycle_series`` rows."""
+    trace = ReplyTrace()
+    for row in rows:
+        trace.add_cycle({
+            "index": row["index"], "block_size": row["block_size"], "accepted": row["accepted"], "tau": row["tau"],
+            "draft_ms": row["draft_ms"], "verify_ms": row["verify_ms"],
+            "fallback": {"state": row["fallback_state"], "changed": row["fallback_changed"],
+                         "next_block_size": row["next_block_size"]},
+        })
+    return trace
+
+
+def chat_history(ctx: UIContext, session_id: int | None) -> tuple[list[dict], list[int]]:
+    """The Chatbot value (escaped markdown) and the message id of each row."""
+    if session_id is None:
+        return [], []
+    series: dict[int, list[dict]] = {}
+    for row in ctx.store.session_cycle_series(session_id):
+        series.setdefault(row["message_id"], []).append(row)
+    rows, ids = [], []
+    for m in ctx.store.get_messages(session_id):
+        if m["role"] == "user":
+            rows.append({"role": "user", "content": user_markdown(m["content"], m["kind"])})
+        elif m["role"] == "assistant":
+            figures = _light_trace(series.get(m["id"], []))
+            figures.finished = {"tokens_per_s": m["tokens_per_s"]}
+            rows.append({"role": "assistant", "content": assistant_markdown(
+                m["content"], m["status"], figures, m["error"], m["kind"], tokens=m["new_tokens"])})
+        else:
+            continue
+        ids.append(m["id"])
+    return rows, ids
+
+
+def reply_outputs(trace: ReplyTrace | None, mode: str = "chat", model_line: str = "") -> tuple:
+    """token view, stats strip, acceptance chart, τ histogram, per-position chart."""
+    t = trace or ReplyTrace()
+    return (render_token_view(trace, mode), stats_html(trace, model_line), charts.acceptance_chart(t),
+            charts.tau_histogram(t.tau_histogram()), charts.position_chart(t.per_position_acceptance()))
+
+
+def stored_trace(ctx: UIContext, message: dict) -> ReplyTrace:
+    return ReplyTrace.from_stored(message["content"], ctx.store.get_cycles(message["id"]), message)
+
+
+def session_view(ctx: UIContext, session_id: int | None, query: str = "") -> tuple:
+    """Everything that changes when the page shows another session (see ``layout.VIEW``)."""
+    session = None
+    if session_id is not None:
+        try:
+            session = ctx.store.get_session(session_id)
+        except STORE_ERRORS:
+            session_id = None
+    history, ids = chat_history(ctx, session_id)
+    last_reply = None
+    if session_id is not None:
+        replies = [m for m in ctx.store.get_messages(session_id) if m["role"] == "assistant"]
+        last_reply = replies[-1] if replies else None
+    trace = stored_trace(ctx, last_reply) if last_reply else None
+    mode = last_reply["kind"] if last_reply else "chat"
+    session_stats = ctx.store.session_stats(session_id) if session_id is not None else None
+    token_view, stats, acc, hist, pos = reply_outputs(trace, mode)
+    settings = settings_outputs(ctx, session["settings"] if session else None) if session else (gr.skip(),) * len(SETTING_KEYS)
+    return (session_id, session_id, history, ids, session_list(ctx, session_id, query),
+            session["title"] if session else "", token_view, stats, acc, charts.session_chart(session_stats),
+            hist, pos, *settings)
+
+
+def on_load(ctx: UIContext, remembered: int | None) -> tuple:
+    """A fresh page: the session this browser showed last if it still exists, else the latest."""
+    session_id = None
+    if remembered is not None:
+        try:
+            session_id = ctx.store.get_session(int(remembered))["id"]
+        except (*STORE_ERRORS, TypeError):
+            session_id = None
+    if session_id is None:
+        latest = ctx.store.list_sessions(limit=1)
+        session_id = latest[0]["id"] if latest else None
+    view = session_view(ctx, session_id)
+    if session_id is None:  # no session yet: show the defaults
+        view = view[: -len(SETTING_KEYS)] + settings_outputs(ctx, None)
+    return view
+
+
+def select_session(ctx: UIContext, session_id, query: str = "") -> tuple:
+    return session_view(ctx, int(session_id) if session_id is not None else None, query)
+
+
+def new_session(ctx: UIContext) -> tuple:
+    """An empty page; the session is created with the first message (titled after it)."""
+    view = session_view(ctx, None)
+    return view
+
+
+def search(ctx: UIContext, query: str, session_id: int | None):
+    return session_list(ctx, session_id, query)
+
+
+def rename(ctx: UIContext, session_id: int | None, title: str, query: str = ""):
+    if session_id is None:
+        raise gr.Error("No session selected: send a message first.")
+    try:
+        ctx.store.rename_session(session_id, title)
+    except STORE_ERRORS as exc:
+        raise gr.Error(f"Cannot rename: {exc}") from None
+    gr.Info("Session renamed.")
+    return session_list(ctx, session_id, query)
+
+
+def ask_delete(session_id: int | None):
+    if session_id is None:
+        raise gr.Error("No session selected.")
+    return gr.Row(visible=True)
+
+
+def confirm_delete(ctx: UIContext, session_id: int | None) -> tuple:
+    if session_id is not None:
+        ctx.cancel(session_id)
+        try:
+            ctx.store.delete_session(session_id)
+        except STORE_ERRORS as exc:
+            raise gr.Error(f"Cannot delete: {exc}") from None
+    latest = ctx.store.list_sessions(limit=1)
+    return (gr.Row(visible=False), *session_view(ctx, latest[0]["id"] if latest else None))
+
+
+def cancel_delete():
+    return gr.Row(visible=False)
+
+
+def export(ctx: UIContext, session_id: int | None):
+    if session_id is None:
+        raise gr.Error("No session selected.")
+    document = ctx.store.export_session(session_id)
+    title = re.sub(r"[^\w-]+", "-", ctx.store.get_session(session_id)["title"]).strip("-")[:40] or "session"
+    folder = Path(tempfile.mkdtemp(prefix="dflash-export-"))
+    path = folder / f"dflash-session-{session_id}-{title}.json"
+    path.write_text(json.dumps(document, ensure_ascii=False, indent=2), encoding="utf-8")
+    return gr.File(value=str(path), visible=True)
+
+
+def save_settings(ctx: UIContext, session_id: int | None, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> None:
+    """Settings belong to the session: saved whenever the user changes one."""
+    if session_id is None:
+        return
+    settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
+    settings["model"] = ctx.engines.current_key
+    try:
+        ctx.store.update_session_settings(session_id, settings)
+    except STORE_ERRORS:
+        pass  # the session was deleted meanwhile: nothing to save it into
+
+
+def show_reply(ctx: UIContext, message_ids: list[int], evt: gr.SelectData) -> tuple:
+    """Clicking a reply in the chat shows its tokens and figures."""
+    index = evt.index if isinstance(evt.index, int) else evt.index[0]
+    if not message_ids or not 0 <= index < len(message_ids):
+        return (gr.skip(),) * 5
+    try:
+        message = ctx.store.get_message(message_ids[index])
+    except STORE_ERRORS:
+        return (gr.skip(),) * 5
+    if message["role"] != "assistant":
+        return (gr.skip(),) * 5
+    return reply_outputs(stored_trace(ctx, message), message["kind"])
+
+
+# ============================================================================ sending
+
+
+def _title(text: str) -> str:
+    line = " ".join(text.split())
+    return (line[: TITLE_CHARS - 1] + "…") if len(line) > TITLE_CHARS else (line or "New session")
+
+
+def _chat_prompt(messages: list[dict]) -> list[dict]:
+    return [{"role": m["role"], "content": m["content"]} for m in messages
+            if m["kind"] == "chat" and m["role"] in ("user", "assistant") and m["content"]]
+
+
+def _check_prompt_fits(ctx: UIContext, prompt, raw: bool, sampling: SamplingConfig) -> None:
+    """When the model is loaded, refuse an over-long prompt before anything is stored."""
+    engine = ctx.engines.engine
+    if engine is None:
+        return  # checked again on the worker once the model is there
+    try:
+        engine.check_request(engine.encode(prompt, raw=raw), sampling)
+    except DFlashError as exc:
+        raise gr.Error(str(exc)) from None
+
+
+def _store_prompt(ctx: UIContext, session_id: int | None, text: str, kind: str, settings: dict) -> int:
+    settings = {**settings, "model": ctx.engines.current_key}
+    try:
+        if session_id is None:
+            session_id = ctx.store.create_session(_title(text), model=ctx.engines.current_key, settings=settings)
+        else:
+            ctx.store.get_session(session_id)
+            ctx.store.update_session_settings(session_id, settings)
+        ctx.store.add_message(session_id, "user", text, kind=kind, settings=settings)
+    except STORE_ERRORS as exc:
+        raise gr.Error(f"Could not save the message: {exc}") from None
+    return session_id
+
+
+def submit_prompt(ctx: UIContext, session_id: int | None, text: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> tuple:
+    """Store the user's message (committed before generation starts) and show it."""
+    text = text or ""
+    if not text.strip():
+        raise gr.Error("Type a message first.")
+    settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
+    sampling, _ = check_settings(ctx, settings)
+    history = _chat_prompt(ctx.store.get_messages(session_id)) if session_id is not None else []
+    _check_prompt_fits(ctx, history + [{"role": "user", "content": text}], False, sampling)
+    session_id = _store_prompt(ctx, session_id, text, "chat", settings)
+    rows, ids = chat_history(ctx, session_id)
+    rows.append({"role": "assistant", "content": "…"})
+    title = ctx.store.get_session(session_id)["title"]
+    return session_id, session_id, rows, ids, "", session_list(ctx, session_id), title
+
+
+def submit_completion(ctx: UIContext, session_id: int | None, code: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> tuple:
+    """Complete mode: store the code as a 'complete' prompt; the model continues it as raw text."""
+    code = code or ""
+    if not code.strip():
+        raise gr.Error("Write some code for the model to continue.")
+    settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
+    sampling, _ = check_settings(ctx, settings)
+    _check_prompt_fits(ctx, code, True, sampling)
+    session_id = _store_prompt(ctx, session_id, code, "complete", settings)
+    rows, ids = chat_history(ctx, session_id)
+    title = ctx.store.get_session(session_id)["title"]
+    return session_id, session_id, rows, ids, session_list(ctx, session_id), title
+
+
+def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected):
+    """Stream the reply to the session's last user message: chat, token view, stats, charts
+    (and the code editor in Complete mode), once per verified block."""
+    if session_id is None:
+        raise gr.Error("No session: send a message first.")
+    settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
+    sampling, fallback = check_settings(ctx, settings)
+    settings["model"] = ctx.engines.current_key
+    try:
+        messages = ctx.store.get_messages(session_id)
+    except STORE_ERRORS as exc:
+        raise gr.Error(str(exc)) from None
+    if not messages or messages[-1]["role"] != "user":
+        raise gr.Error("Nothing to answer: the last message already has a reply.")
+    last = messages[-1]
+    complete = last["kind"] == "complete"
+    prompt = last["content"] if complete else _chat_prompt(messages)
+    request = GenerationRequest(session_id, prompt, complete, last["kind"], sampling, fallback, settings)
+    base_rows, base_ids = chat_history(ctx, session_id)
+    mode = "complete" if complete else "chat"
+    last_chart = 0.0
+    for update in stream_reply(ctx, request):
+        trace = update.trace
+        if update.status == "refused":
+            gr.Warning(f"Not generated: {update.note}")
+            yield (base_rows, base_ids, render_token_view(None, mode, placeholder=f"Not generated: {update.note}"),
+                   gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip())
+            return
+        if update.status == "waiting":
+            live = {"role": "assistant", "content": f"⏳ {esc(update.note)}"}
+            yield (base_rows + [live], base_ids, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip())
+            continue
+        status = "streaming" if update.status == "streaming" else update.status
+        content = assistant_markdown(trace.text, status, trace, trace.error, last["kind"])
+        rows = base_rows + [{"role": "assistant", "content": content}]
+        ids = base_ids + ([update.message_id] if update.message_id is not None else [])
+        now = time.monotonic()
+        charts_due = update.final or now - last_chart >= ctx.chart_interval_s
+        token_view = render_token_view(trace, mode)
+        stats = stats_html(trace)
+        editor = (last["content"] + trace.text) if complete else gr.skip()
+        if charts_due:
+            last_chart = now
+            session_chart = charts.session_chart(ctx.store.session_stats(session_id)) if update.final else gr.skip()
+            yield (rows, ids, token_view, stats, charts.acceptance_chart(trace), session_chart,
+                   charts.tau_histogram(trace.tau_histogram()), charts.position_chart(trace.per_position_acceptance()),
+                   editor)
+        else:
+            yield rows, ids, token_view, stats, gr.skip(), gr.skip(), gr.skip(), gr.skip(), editor
+        if update.final and update.status == "error":
+            gr.Warning(f"Generation failed: {update.note}")
+
+
+def stop(ctx: UIContext, session_id: int | None) -> None:
+    ctx.cancel(session_id)
+
+
+def regenerate(ctx: UIContext, session_id: int | None) -> tuple:
+    """Drop the last reply so that ``respond`` answers the last user message again."""
+    if session_id is None:
+        raise gr.Error("No session selected.")
+    messages = ctx.store.get_messages(session_id)
+    users = [m for m in messages if m["role"] == "user"]
+    if not users:
+        raise gr.Error("Nothing to regenerate yet.")
+    if messages[-1]["role"] == "assistant" and messages[-1]["status"] == "streaming":
+        raise gr.Error("A reply is still being generated: stop it first.")
+    ctx.store.delete_messages_after(session_id, users[-1]["seq"])
+    rows, ids = chat_history(ctx, session_id)
+    return rows + [{"role": "assistant", "content": "…"}], ids
+
+
+def edit_message(ctx: UIContext, session_id: int | None, message_ids: list[int], evt: gr.EditData) -> tuple:
+    """Edit-and-resend: the last user message gets the new text, later messages go."""
+    index = evt.index if isinstance(evt.index, int) else evt.index[0]
+    value = evt.value
+    if isinstance(value, list):  # structured content parts
+        value = "".join(part.get("text", "") for part in value if isinstance(part, dict))
+    text = html.unescape(str(value or ""))
+    if session_id is None or not 0 <= index < len(message_ids):
+        raise gr.Error("That message is not in this session any more; reload the page.")
+    messages = ctx.store.get_messages(session_id)
+    users = [m for m in messages if m["role"] == "user"]
+    if not users or users[-1]["id"] != message_ids[index]:
+        raise gr.Error("Only the last message you sent can be edited and resent.")
+    if not text.strip():
+        raise gr.Error("The edited message is empty.")
+    if messages[-1]["role"] == "assistant" and messages[-1]["status"] == "streaming":
+        raise gr.Error("A reply is still being generated: stop it first.")
+    last = users[-1]
+    ctx.store.update_message(last["id"], content=text)
+    ctx.store.delete_messages_after(session_id, last["seq"])
+    rows, ids = chat_history(ctx, session_id)
+    return rows + [{"role": "assistant", "content": "…"}], ids
+
+
+# ============================================================================ model
+
+
+def model_status_html(ctx: UIContext) -> str:
+    status = ctx.engines.status()
+    engine = ctx.engines.engine
+    if status.state == "loading":
+        pct = max(0.0, min(1.0, status.fraction))
+        return (f'<div class="model-status loading" data-state="loading">Loading <b>{esc(status.model_key)}</b>: '
+                f'{esc(status.message)}<div class="bar"><div style="width:{pct * 100:.0f}%"></div></div></div>')
+    parts = []
+    if engine is not None:
+        info = {}
+        try:
+            info = engine.info()
+        except Exception:  # noqa: BLE001 - a description is optional
+            pass
+        detail = " · ".join(str(x) for x in (info.get("device"), info.get("dtype"),
+                                              f"block {engine.block_size}" if engine.speculative else "no draft") if x)
+        parts.append(f'<span class="ok">●</span> <b>{esc(engine.name)}</b> <span class="detail">{esc(detail)}</span>')
+    if status.error:
+        parts.append(f'<span class="model-error">⚠ {esc(status.error)}</span>')
+    if not parts:
+        parts.append('<span class="model-error">no model loaded</span>')
+    state = "ready" if engine is not None else "failed"
+    return f'<div class="model-status {state}" data-state="{state}">{" ".join(parts)}</div>'
+
+
+def poll_model(ctx: UIContext) -> tuple:
+    status = ctx.engines.status()
+    return model_status_html(ctx), gr.Timer(active=status.state == "loading")
+
+
+def pick_model(ctx: UIContext, key: str) -> tuple:
+    """Load another pair on the engine worker; an incompatible draft is refused with the reason
+    and the current model stays."""
+    if not key or key == ctx.engines.current_key and ctx.engines.status().state != "failed":
+        return gr.skip(), model_status_html(ctx), gr.Timer(active=False)
+    future = ctx.engines.switch(key)
+    try:
+        future.result()
+    except Exception as exc:  # noqa: BLE001 - shown to the user with its reason
+        gr.Warning(f"Cannot use {key}: {exc}")
+        return gr.Dropdown(value=ctx.engines.current_key), model_status_html(ctx), gr.Timer(active=False)
+    gr.Info(f"Model {key} loaded.")
+    return gr.skip(), model_status_html(ctx), gr.Timer(active=False)

@@ -1,0 +1,192 @@
+"""The page: layout in one ``gr.Blocks``, then every event wired in one place (``wire``).
+
+Stable element ids (DESIGN §6) for tests and users' scripts: chat, chat-input, send, stop,
+regenerate, token-view, stats, acceptance-chart, session-chart, tau-histogram, position-chart,
+session-list, session-search, session-title, new-session, rename-session, delete-session,
+confirm-delete, cancel-delete, export-session, export-file, model-picker, model-status, block-size,
+temperature, top-p, max-new-tokens, fallback-toggle, show-rejected, code-editor, complete,
+complete-stop, teach.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from types import SimpleNamespace
+
+import gradio as gr
+
+from . import handlers as h
+from .context import UIContext
+from .render import render_token_view, stats_html, syntax_css
+from .teach import build_teach_tab
+
+STATIC = Path(__file__).resolve().parent / "static"
+BROWSER_KEY = "dflash-studio-session"
+EXAMPLE_CODE = 'def is_prime(n):\n    """Return True if n is a prime number."""\n'
+# Esc stops the reply being generated (as in text-generation-webui).
+KEYBOARD_JS = """
+() => {
+  document.addEventListener('keydown', (event) => {
+    if (event.key === 'Escape') { document.querySelector('#stop')?.click(); }
+  });
+}
+"""
+SHOW_REJECTED_JS = """
+(show) => {
+  const view = document.getElementById('token-view');
+  if (view) { view.classList.toggle('hide-rejected', !show); }
+  return [];
+}
+"""
+
+
+def launch_options() -> dict:
+    """What goes to ``demo.launch`` (Gradio 6 moved theme/css/js there)."""
+    css = (STATIC / "studio.css").read_text(encoding="utf-8") + "\n" + syntax_css()
+    return {"css": css, "js": KEYBOARD_JS, "theme": gr.themes.Soft(primary_hue="blue", neutral_hue="slate")}
+
+
+def build_ui(ctx: UIContext) -> gr.Blocks:
+    with gr.Blocks(title="DFlash Studio", fill_width=True) as demo:
+        c = layout(ctx)
+        wire(ctx, demo, c)
+    demo.queue(default_concurrency_limit=8, max_size=64)
+    return demo
+
+
+def layout(ctx: UIContext) -> SimpleNamespace:
+    c = SimpleNamespace()
+    c.session = gr.State(None)
+    c.msg_ids = gr.State([])
+    c.remembered = gr.BrowserState(None, storage_key=BROWSER_KEY)
+    defaults = h.default_settings(ctx)
+    with gr.Row(equal_height=False):
+        # ---------------------------------------------------------------- sessions
+        with gr.Column(scale=1, min_width=220):
+            gr.Markdown("# DFlash Studio\nspeculative decoding you can see", elem_id="app-title")
+            c.new_session = gr.Button("+ New session", elem_id="new-session")
+            c.search = gr.Textbox(placeholder="Search sessions…", show_label=False, elem_id="session-search",
+                                  container=False)
+            c.sessions = gr.Radio(choices=[], label="Sessions", elem_id="session-list")
+            c.title = gr.Textbox(label="Session title", elem_id="session-title", max_lines=1)
+            with gr.Row():
+                c.rename = gr.Button("Rename", size="sm", elem_id="rename-session")
+                c.export = gr.Button("Export", size="sm", elem_id="export-session")
+                c.delete = gr.Button("Delete", size="sm", variant="stop", elem_id="delete-session")
+            with gr.Row(visible=False, elem_id="confirm-row") as c.confirm_row:
+                gr.Markdown("Delete this session and all its messages?")
+                c.confirm = gr.Button("Delete", size="sm", variant="stop", elem_id="confirm-delete")
+                c.cancel = gr.Button("Keep", size="sm", elem_id="cancel-delete")
+            c.export_file = gr.File(label="Export (JSON)", visible=False, elem_id="export-file", interactive=False)
+        # ---------------------------------------------------------------- chat, complete, teach
+        with gr.Column(scale=3, min_width=480):
+            with gr.Tabs():
+                with gr.Tab("Chat", elem_id="chat-tab"):
+                    c.chat = gr.Chatbot(elem_id="chat", height=430, editable="user", buttons=["copy", "copy_all"],
+                                        show_label=False, feedback_options=None,
+                                        placeholder="Ask the local coder for some code. Replies stream one verified block at a time.")
+                    with gr.Row(equal_height=True):
+                        c.chat_input = gr.Textbox(placeholder="Ask for code…  (Enter sends, Shift+Enter adds a line)",
+                                                  lines=1, max_lines=10, show_label=False, elem_id="chat-input",
+                                                  scale=8, autofocus=True, container=False)
+                        c.send = gr.Button("Send", variant="primary", elem_id="send", scale=1, min_width=70)
+                        c.stop = gr.Button("Stop", variant="stop", elem_id="stop", scale=1, min_width=70)
+                    c.regenerate = gr.Button("↻ Regenerate last reply", size="sm", elem_id="regenerate")
+                with gr.Tab("Complete", elem_id="complete-tab"):
+                    c.code = gr.Code(value=EXAMPLE_CODE, language="python", lines=14, interactive=True,
+                                     elem_id="code-editor", label="Code: the model continues it as raw text")
+                    with gr.Row():
+                        c.complete = gr.Button("Continue the code", variant="primary", elem_id="complete")
+                        c.complete_stop = gr.Button("Stop", variant="stop", elem_id="complete-stop")
+                with gr.Tab("Teach", elem_id="teach"):
+                    c.teach = build_teach_tab(ctx)
+            c.stats = gr.HTML(stats_html(None), elem_id="stats")
+            c.token_view = gr.HTML(render_token_view(None), elem_id="token-view")
+        # ---------------------------------------------------------------- model, settings, charts
+        with gr.Column(scale=2, min_width=340):
+            c.model_status = gr.HTML(h.model_status_html(ctx), elem_id="model-status")
+            with gr.Accordion("Settings (saved with the session)", open=True):
+                c.model = gr.Dropdown(choices=ctx.engines.choices(), value=ctx.engines.current_key or None,
+                                      label="Model (target + DFlash draft)", elem_id="model-picker")
+                c.block_size = gr.Slider(1, ctx.defaults.max_block_size, value=defaults["block_size"], step=1,
+                                         label="Block size (1 = no speculation)", elem_id="block-size")
+                c.temperature = gr.Slider(0.0, 2.0, value=defaults["temperature"], step=0.05, label="Temperature",
+                                          elem_id="temperature")
+                c.top_p = gr.Slider(0.05, 1.0, value=defaults["top_p"], step=0.05, label="Top-p", elem_id="top-p")
+                c.max_new_tokens = gr.Slider(1, 2048, value=defaults["max_new_tokens"], step=1,
+                                             label="Max new tokens", elem_id="max-new-tokens")
+                with gr.Row():
+                    c.fallback = gr.Checkbox(value=defaults["fallback"], label="Dynamic fallback",
+                                             elem_id="fallback-toggle")
+                    c.show_rejected = gr.Checkbox(value=defaults["show_rejected"], label="Show rejected drafts",
+                                                  elem_id="show-rejected")
+            c.acceptance_chart = gr.Plot(elem_id="acceptance-chart", show_label=False)
+            c.session_chart = gr.Plot(elem_id="session-chart", show_label=False)
+            with gr.Row():
+                c.tau_histogram = gr.Plot(elem_id="tau-histogram", show_label=False)
+                c.position_chart = gr.Plot(elem_id="position-chart", show_label=False)
+    c.timer = gr.Timer(0.5, active=True)
+    c.controls = [c.block_size, c.temperature, c.top_p, c.max_new_tokens, c.fallback, c.show_rejected]
+    return c
+
+
+def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
+    view = [c.session, c.remembered, c.chat, c.msg_ids, c.sessions, c.title, c.token_view, c.stats,
+            c.acceptance_chart, c.session_chart, c.tau_histogram, c.position_chart, *c.controls]
+    streamed = [c.chat, c.msg_ids, c.token_view, c.stats, c.acceptance_chart, c.session_chart,
+                c.tau_histogram, c.position_chart, c.code]
+    reply_figures = [c.token_view, c.stats, c.acceptance_chart, c.tau_histogram, c.position_chart]
+    engine_queue = {"concurrency_limit": 1, "concurrency_id": "engine"}  # one engine: others wait, see their position
+
+    def then_respond(event, api_name=None):
+        return event.success(partial(h.respond, ctx), [c.session, *c.controls], streamed, api_name=api_name,
+                             api_visibility="public" if api_name else "undocumented", **engine_queue)
+
+    # -- page load: restore the session this browser showed (or the latest) from the database
+    demo.load(partial(h.on_load, ctx), [c.remembered], view, api_name="load_session")
+    demo.load(partial(h.poll_model, ctx), None, [c.model_status, c.timer], api_visibility="undocumented")
+    c.timer.tick(partial(h.poll_model, ctx), None, [c.model_status, c.timer], api_visibility="undocumented")
+
+    # -- chat
+    sent = gr.on([c.chat_input.submit, c.send.click], partial(h.submit_prompt, ctx),
+                 [c.session, c.chat_input, *c.controls],
+                 [c.session, c.remembered, c.chat, c.msg_ids, c.chat_input, c.sessions, c.title], api_name="send")
+    then_respond(sent, api_name="respond")
+    gr.on([c.stop.click, c.complete_stop.click], partial(h.stop, ctx), [c.session], None, queue=False,
+          api_name="stop")
+    regenerated = gr.on([c.regenerate.click, c.chat.retry], partial(h.regenerate, ctx), [c.session],
+                        [c.chat, c.msg_ids], api_name="regenerate")
+    then_respond(regenerated)
+
+    def edit_message(session_id, message_ids, evt: gr.EditData):  # Gradio finds EditData by annotation
+        return h.edit_message(ctx, session_id, message_ids, evt)
+
+    def show_reply(message_ids, evt: gr.SelectData):
+        return h.show_reply(ctx, message_ids, evt)
+
+    edited = c.chat.edit(edit_message, [c.session, c.msg_ids], [c.chat, c.msg_ids], api_visibility="undocumented")
+    then_respond(edited)
+    c.chat.select(show_reply, [c.msg_ids], reply_figures, api_visibility="undocumented")
+
+    # -- complete mode
+    completed = c.complete.click(partial(h.submit_completion, ctx), [c.session, c.code, *c.controls],
+                                 [c.session, c.remembered, c.chat, c.msg_ids, c.sessions, c.title], api_name="complete")
+    then_respond(completed)
+
+    # -- sessions
+    c.sessions.input(partial(h.select_session, ctx), [c.sessions, c.search], view, api_name="select_session")
+    c.new_session.click(partial(h.new_session, ctx), None, view, api_name="new_session")
+    c.search.change(partial(h.search, ctx), [c.search, c.session], c.sessions, api_name="search_sessions")
+    gr.on([c.rename.click, c.title.submit], partial(h.rename, ctx), [c.session, c.title, c.search], c.sessions,
+          api_name="rename_session")
+    c.delete.click(h.ask_delete, [c.session], c.confirm_row, api_visibility="undocumented")
+    c.confirm.click(partial(h.confirm_delete, ctx), [c.session], [c.confirm_row, *view], api_name="delete_session")
+    c.cancel.click(h.cancel_delete, None, c.confirm_row, api_visibility="undocumented")
+    c.export.click(partial(h.export, ctx), [c.session], c.export_file, api_name="export_session")
+
+    # -- settings: saved with the session on every user change; show-rejected is a class toggle
+    gr.on([control.input for control in c.controls], partial(h.save_settings, ctx), [c.session, *c.controls], None,
+          api_visibility="undocumented")
+    c.show_rejected.change(None, [c.show_rejected], None, js=SHOW_REJECTED_JS)
+    c.model.input(partial(h.pick_model, ctx), [c.model], [c.model, c.model_status, c.timer], api_name="pick_model")

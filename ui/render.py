@@ -1,0 +1,281 @@
+"""HTML for the token view, the stats strip, the reply footers and chat text.
+
+Every piece of model or user text goes through ``html.escape`` before it becomes HTML (attribute
+values with ``quote=True``); the only markup here is our own. Syntax colours come from pygments
+(text colour, classes such as ``k``/``nf``/``s2``); the token's origin is its background and
+underline, so both stay visible.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from functools import lru_cache
+
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer, get_lexer_by_name
+from pygments.token import STANDARD_TYPES
+from pygments.util import ClassNotFound
+
+from .trace import ReplyTrace, Token
+
+PYGMENTS_STYLE = "default"
+ORIGIN_LABELS = {
+    "accepted": "accepted draft token (the target confirmed it)",
+    "bonus": "the target's own token (correction or bonus)",
+    "rejected": "rejected draft token (the target refused it)",
+}
+FENCE = re.compile(r"^([ \t]*)(```|~~~)[ \t]*([\w+#.-]*)[^\n]*$", re.M)
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+# ---------------------------------------------------------------------------- syntax colours
+
+
+@lru_cache(maxsize=16)
+def _lexer(language: str):
+    try:
+        return get_lexer_by_name(language or "python", stripnl=False, ensurenl=False)
+    except ClassNotFound:
+        return PythonLexer(stripnl=False, ensurenl=False)
+
+
+def _short_class(ttype) -> str:
+    while ttype is not None and ttype not in STANDARD_TYPES:
+        ttype = ttype.parent
+    return STANDARD_TYPES.get(ttype, "") if ttype is not None else ""
+
+
+def _lex(code: str, language: str, offset: int, classes: list[str]) -> None:
+    pos = offset
+    for ttype, value in _lexer(language).get_tokens(code):
+        css = _short_class(ttype)
+        for i in range(pos, min(pos + len(value), len(classes))):
+            classes[i] = css
+        pos += len(value)
+
+
+def syntax_classes(text: str, mode: str = "chat") -> list[str]:
+    """One pygments short class per character ("" = no colour). In "complete" mode the whole
+    text is code; in "chat" mode only fenced code blocks are (prose stays uncoloured)."""
+    classes = [""] * len(text)
+    if mode == "complete":
+        _lex(text, "python", 0, classes)
+        return classes
+    fences = list(FENCE.finditer(text))
+    i = 0
+    while i < len(fences):
+        opening = fences[i]
+        start = opening.end() + 1
+        closing = next((f for f in fences[i + 1:] if f.group(2) == opening.group(2)), None)
+        end = closing.start() if closing else len(text)
+        if start < end:
+            _lex(text[start:end], opening.group(3), start, classes)
+        i = fences.index(closing) + 1 if closing else len(fences)
+    return classes
+
+
+def _syntax_html(text: str, classes: list[str]) -> str:
+    """``text`` escaped, with runs of one syntax class wrapped in ``<span class="…">``."""
+    out, run, run_class = [], [], None
+    for ch, css in zip(text, classes):
+        if css != run_class and run:
+            out.append(_run(run, run_class))
+            run = []
+        run_class = css
+        run.append(ch)
+    if run:
+        out.append(_run(run, run_class))
+    return "".join(out)
+
+
+def _run(chars: list[str], css: str | None) -> str:
+    body = esc("".join(chars))
+    return f'<span class="{esc(css)}">{body}</span>' if css else body
+
+
+@lru_cache(maxsize=1)
+def syntax_css() -> str:
+    """The pygments colours, scoped to the token view."""
+    return HtmlFormatter(style=PYGMENTS_STYLE).get_style_defs(".tv-body")
+
+
+# ---------------------------------------------------------------------------- token view
+
+
+def token_title(token: Token) -> str:
+    if token.origin == "prefill":
+        return "prefill · the target's first token"
+    where = f"cycle {token.cycle} · slot {token.slot}/{token.block_size - 1 if token.block_size > 1 else 1}"
+    if token.origin == "bonus":
+        kind = "bonus · the target's own token" if token.block_size > 1 else "plain step · the target's token"
+        return f"{where} · {kind}"
+    parts = [where, token.origin]
+    if token.draft_prob is not None:
+        parts.append(f"draft p {token.draft_prob:.2f}")
+    if token.target_prob is not None:
+        parts.append(f"target p {token.target_prob:.2f}")
+    return " · ".join(parts)
+
+
+def legend_html() -> str:
+    items = "".join(
+        f'<span class="tv-legend-item"><span class="tv-swatch" data-origin="{origin}">{sample}</span>{esc(label)}</span>'
+        for origin, sample, label in (
+            ("accepted", "abc", ORIGIN_LABELS["accepted"]),
+            ("bonus", "abc", ORIGIN_LABELS["bonus"]),
+            ("rejected", "abc", ORIGIN_LABELS["rejected"]),
+        )
+    )
+    marker = '<span class="tv-legend-item"><span class="tv-fallback">⟨…⟩</span>fallback change (block size, reason)</span>'
+    hint = '<span class="tv-legend-item tv-hint">hover a token: cycle, slot, probability · hover a block: its boundary</span>'
+    return f'<div class="tv-legend">{items}{marker}{hint}</div>'
+
+
+def render_token_view(trace: ReplyTrace | None, mode: str = "chat", placeholder: str = "") -> str:
+    """The whole #token-view content: legend, then one ``<span class="tv-block">`` per cycle
+    holding one span per token (``data-origin``, ``data-cycle``, ``data-slot``, ``title``)."""
+    if trace is None or not trace.tokens:
+        note = esc(placeholder or "Send a prompt: every generated token appears here, coloured by what DFlash did to it.")
+        return f'<div class="tv">{legend_html()}<div class="tv-body tv-empty">{note}</div></div>'
+    text = trace.text
+    classes = syntax_classes(text, mode)
+    out: list[str] = []
+    marks = {m.after_cycle: m for m in trace.marks}
+    pos, current = 0, None
+    for token in trace.tokens:
+        if token.cycle != current:
+            if current is not None:
+                out.append("</span>")
+                out.append(_mark_html(marks.get(current)))
+            current = token.cycle
+            out.append(f'<span class="tv-block" data-block="{token.cycle}" data-block-size="{token.block_size}">')
+        if token.origin == "rejected":
+            inner = esc(token.text)
+        else:
+            inner = _syntax_html(token.text, classes[pos:pos + len(token.text)])
+            pos += len(token.text)
+        origin = "bonus" if token.origin == "prefill" else token.origin
+        out.append(
+            f'<span class="tok" data-origin="{origin}" data-cycle="{token.cycle}" data-slot="{token.slot}" '
+            f'title="{esc(token_title(token))}">{inner}</span>'
+        )
+    if current is not None:
+        out.append("</span>")
+        out.append(_mark_html(marks.get(current)))
+    tail = ""
+    if trace.error:
+        tail = f'<div class="tv-error">⚠ generation failed: {esc(trace.error)}</div>'
+    elif trace.cancelled:
+        tail = '<div class="tv-note">⏹ stopped; the partial reply is kept</div>'
+    return f'<div class="tv">{legend_html()}<div class="tv-body">{"".join(out)}</div>{tail}</div>'
+
+
+def _mark_html(mark) -> str:
+    if mark is None:
+        return ""
+    label = f"⟨{mark.state}: block → {mark.next_block_size}⟩"
+    return f'<span class="tv-fallback" title="{esc(mark.reason)}">{esc(label)} <em>{esc(mark.reason)}</em></span>'
+
+
+# ---------------------------------------------------------------------------- stats and footers
+
+
+def fmt(value: float | None, spec: str = ".2f", unit: str = "") -> str:
+    return "–" if value is None else f"{value:{spec}}{unit}"
+
+
+def stats_html(trace: ReplyTrace | None, model_line: str = "") -> str:
+    """The stats strip: tokens/s, mean τ, block size now, fallback state, estimated speedup."""
+    t = trace or ReplyTrace()
+    cells = [
+        ("tokens/s", fmt(t.tokens_per_s(), ".1f")),
+        ("mean τ", fmt(t.mean_tau)),
+        ("block size", fmt(t.current_block_size, "d") if t.current_block_size else "–"),
+        ("fallback", esc(t.fallback_state or "–")),
+        ("est. speedup", fmt(t.estimated_speedup(), ".2f", "×")),
+        ("tokens", str(t.new_tokens)),
+        ("cycles", str(t.cycles)),
+    ]
+    body = "".join(
+        f'<div class="stat" data-stat="{esc(label)}"><span class="stat-value">{value}</span>'
+        f'<span class="stat-label">{esc(label)}</span></div>'
+        for label, value in cells
+    )
+    model = f'<div class="stat-model">{esc(model_line)}</div>' if model_line else ""
+    return f'<div class="stats-strip">{body}{model}</div>'
+
+
+def reply_footer(trace: ReplyTrace, tokens: int | None = None) -> str:
+    """One line of figures under a reply (our own markup; numbers only)."""
+    parts = [f"{tokens if tokens is not None else trace.new_tokens} tokens"]
+    tps = trace.tokens_per_s()
+    if tps:
+        parts.append(f"{tps:.1f} tok/s")
+    if trace.mean_tau is not None:
+        parts.append(f"mean τ {trace.mean_tau:.2f}")
+    speedup = trace.estimated_speedup()
+    if speedup:
+        parts.append(f"~{speedup:.2f}× est. speedup")
+    return f'<span class="reply-footer">{" · ".join(parts)}</span>'
+
+
+# ---------------------------------------------------------------------------- chat text
+
+
+INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.S)
+
+
+def chat_markdown(text: str) -> str:
+    """Markdown for the chat bubble with every HTML special character outside code escaped, so
+    that ``<img src=x onerror=…>`` shows as text. Code (fenced or inline) is left alone: the
+    markdown renderer already shows it literally."""
+    out, pos = [], 0
+    fences = list(FENCE.finditer(text))
+    i = 0
+    while i < len(fences):
+        opening = fences[i]
+        closing = next((f for f in fences[i + 1:] if f.group(2) == opening.group(2)), None)
+        out.append(_escape_prose(text[pos:opening.start()]))
+        end = closing.end() if closing else len(text)
+        block = text[opening.start():end]
+        out.append(block if closing else block + "\n" + opening.group(2))  # close a fence still streaming
+        pos = end
+        i = fences.index(closing) + 1 if closing else len(fences)
+    out.append(_escape_prose(text[pos:]))
+    return "".join(out)
+
+
+def _escape_prose(text: str) -> str:
+    out, pos = [], 0
+    for match in INLINE_CODE.finditer(text):
+        out.append(html.escape(text[pos:match.start()], quote=False))
+        out.append(match.group(0))
+        pos = match.end()
+    out.append(html.escape(text[pos:], quote=False))
+    return "".join(out)
+
+
+def assistant_markdown(content: str, status: str, trace: ReplyTrace | None = None, error: str | None = None,
+                       kind: str = "chat", tokens: int | None = None) -> str:
+    """A reply as chat markdown: the text, a footer with its figures, and its end state."""
+    body = chat_markdown(f"```python\n{content}\n```" if kind == "complete" and content else content)
+    if not content and status == "streaming":
+        body = "…"
+    extras = []
+    if trace is not None and (tokens or trace.new_tokens):
+        extras.append(reply_footer(trace, tokens or None))
+    if status == "interrupted":
+        extras.append('<span class="reply-note">⏹ stopped</span>')
+    if status == "error":
+        extras.append(f'<span class="reply-error">⚠ error: {esc(error or "generation failed")}</span>')
+    return body + ("\n\n" + " ".join(extras) if extras else "")
+
+
+def user_markdown(content: str, kind: str = "chat") -> str:
+    if kind == "complete":
+        return chat_markdown(f"Complete this code:\n```python\n{content}\n```")
+    return chat_markdown(content)

@@ -1,0 +1,173 @@
+"""``ReplyTrace``: what one reply's decoding did, token by token, built from the engine's events
+(live) or from stored cycle dicts (a past reply). The renderer and the charts read only this.
+
+Cycle data arrive as plain dicts (``event_to_dict(Cycle)`` or ``SessionStore.get_cycles``), so a
+live reply and a stored one go through the same code. Pure values, no gradio, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Origin = Literal["accepted", "bonus", "rejected", "prefill"]
+PLAIN_STEP_VERIFY_RATIO = 1.5  # a B-token verify ~ 1.5 plain steps until block 1 is measured (as the fallback policy)
+
+
+@dataclass(frozen=True)
+class Token:
+    text: str
+    origin: Origin  # "prefill" is the target's first token (drawn like a bonus token)
+    cycle: int  # 0 for the prefill token
+    slot: int  # position in the block: drafts at 1..B-1, the bonus at accepted + 1
+    block_size: int
+    draft_prob: float | None = None  # the draft's probability of its own proposal
+    target_prob: float | None = None  # the target's probability of the drafted token
+
+
+@dataclass(frozen=True)
+class FallbackMark:
+    after_cycle: int
+    state: str
+    next_block_size: int
+    reason: str
+
+
+@dataclass
+class ReplyTrace:
+    """Accumulates one reply. ``tokens`` hold emitted AND rejected tokens in display order:
+    per cycle the accepted drafts, then the rejected drafts, then the target's bonus token."""
+
+    tokens: list[Token] = field(default_factory=list)
+    marks: list[FallbackMark] = field(default_factory=list)
+    taus: list[int] = field(default_factory=list)
+    block_sizes: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+    cycle_ms: list[float] = field(default_factory=list)  # draft + verify per cycle
+    fallback_states: list[str] = field(default_factory=list)
+    max_block_size: int = 1
+    prefill_ms: float = 0.0
+    finished: dict | None = None  # event_to_dict(Finished), or a stored message's stats
+    error: str | None = None
+    cancelled: bool = False
+
+    # ------------------------------------------------------------------ building
+    def start(self, first_text: str, block_size: int = 1, prefill_ms: float = 0.0) -> None:
+        self.max_block_size = max(1, int(block_size or 1))
+        self.prefill_ms = float(prefill_ms or 0.0)
+        if first_text:
+            self.tokens.append(Token(first_text, "prefill", 0, 0, self.max_block_size))
+
+    def add_cycle(self, cycle: dict) -> None:
+        index, block, accepted = int(cycle["index"]), int(cycle["block_size"]), int(cycle["accepted"])
+        pieces = list(cycle.get("emitted_pieces") or [])
+        slots = list(cycle.get("slots") or [])
+        self.max_block_size = max(self.max_block_size, block)
+        for j, piece in enumerate(pieces):
+            if j < accepted:
+                self.tokens.append(Token(piece, "accepted", index, j + 1, block, *_probs(slots, j)))
+        for k, piece in enumerate(cycle.get("rejected_pieces") or []):
+            j = accepted + k
+            self.tokens.append(Token(piece, "rejected", index, j + 1, block, *_probs(slots, j)))
+        for j in range(accepted, len(pieces)):
+            self.tokens.append(Token(pieces[j], "bonus", index, j + 1, block))
+        self.taus.append(int(cycle.get("tau") or len(pieces)))
+        self.block_sizes.append(block)
+        self.accepted.append(accepted)
+        self.cycle_ms.append(float(cycle.get("draft_ms") or 0.0) + float(cycle.get("verify_ms") or 0.0))
+        fallback = cycle.get("fallback") or {}
+        self.fallback_states.append(str(fallback.get("state") or "fixed"))
+        if fallback.get("changed"):
+            self.marks.append(FallbackMark(index, str(fallback.get("state") or ""),
+                                           int(fallback.get("next_block_size") or block), str(fallback.get("reason") or "")))
+
+    @classmethod
+    def from_stored(cls, content: str, cycles: list[dict], message: dict | None = None) -> "ReplyTrace":
+        """Rebuild a stored reply: its text holds the prefill token followed by every cycle's pieces."""
+        emitted = "".join("".join(c.get("emitted_pieces") or []) for c in cycles)
+        first = content[: len(content) - len(emitted)] if emitted and content.endswith(emitted) else ""
+        settings = (message or {}).get("settings") or {}
+        trace = cls()
+        trace.start(first, max([c["block_size"] for c in cycles] + [int(settings.get("block_size") or 1)]),
+                    (message or {}).get("prefill_ms") or 0.0)
+        for cycle in cycles:
+            trace.add_cycle(cycle)
+        if not cycles and content:
+            trace.tokens.append(Token(content, "prefill", 0, 0, 1))
+        if message:
+            trace.finished = {key: message.get(key) for key in ("new_tokens", "tokens_per_s", "total_ms", "finish_reason")}
+            trace.error = message.get("error")
+            trace.cancelled = message.get("status") == "interrupted"
+        return trace
+
+    # ------------------------------------------------------------------ figures
+    @property
+    def text(self) -> str:
+        return "".join(t.text for t in self.tokens if t.origin != "rejected")
+
+    @property
+    def new_tokens(self) -> int:
+        return sum(1 for t in self.tokens if t.origin != "rejected")
+
+    @property
+    def cycles(self) -> int:
+        return len(self.taus)
+
+    @property
+    def mean_tau(self) -> float | None:
+        return sum(self.taus) / len(self.taus) if self.taus else None
+
+    @property
+    def current_block_size(self) -> int | None:
+        return self.block_sizes[-1] if self.block_sizes else None
+
+    @property
+    def fallback_state(self) -> str | None:
+        return self.fallback_states[-1] if self.fallback_states else None
+
+    def per_position_acceptance(self) -> list[float]:
+        """P(slot j accepted | slot j was drafted), j = 1..max block - 1."""
+        rates = []
+        for j in range(1, self.max_block_size):
+            drafted = [a for a, b in zip(self.accepted, self.block_sizes) if b - 1 >= j]
+            if not drafted:
+                break
+            rates.append(sum(a >= j for a in drafted) / len(drafted))
+        return rates
+
+    def tau_histogram(self) -> dict[int, int]:
+        hist: dict[int, int] = {}
+        for tau in self.taus:
+            hist[tau] = hist.get(tau, 0) + 1
+        return dict(sorted(hist.items()))
+
+    def estimated_speedup(self) -> float | None:
+        """Tokens per ms of decoding over a plain step's estimated cost (measured at block 1 when
+        the reply has such cycles, else the largest block's verify / 1.5, the fallback prior)."""
+        if not self.taus or sum(self.cycle_ms) <= 0:
+            return None
+        plain = [ms for ms, b in zip(self.cycle_ms, self.block_sizes) if b == 1]
+        if plain:
+            plain_ms = sum(plain) / len(plain)
+        else:
+            biggest = max(self.block_sizes)
+            costs = [ms for ms, b in zip(self.cycle_ms, self.block_sizes) if b == biggest]
+            plain_ms = sum(costs) / len(costs) / PLAIN_STEP_VERIFY_RATIO
+        return sum(self.taus) / sum(self.cycle_ms) * plain_ms
+
+    def tokens_per_s(self) -> float | None:
+        if self.finished and self.finished.get("tokens_per_s"):
+            return float(self.finished["tokens_per_s"])
+        decode_ms = sum(self.cycle_ms) + self.prefill_ms
+        return self.new_tokens / (decode_ms / 1000) if decode_ms > 0 and self.new_tokens else None
+
+
+def _probs(slots: list, j: int) -> tuple[float | None, float | None]:
+    """(draft probability, target probability) of draft slot j (0-based in ``slots``)."""
+    if j >= len(slots) or not slots[j]:
+        return None, None
+    slot = slots[j]
+    top = slot.get("draft_top") or ()
+    draft_p = float(top[0][2]) if top and len(top[0]) >= 3 else None
+    target_p = slot.get("target_prob")
+    return draft_p, (float(target_p) if target_p is not None else None)

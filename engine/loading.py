@@ -89,7 +89,9 @@ def check_safetensors(directory: Path, what: str) -> None:
 
 def load_target(directory: Path, device: torch.device, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # the app and the CLI report loading progress themselves
     if not (directory / "config.json").is_file():
         raise CheckpointError(f"no config.json in target directory {directory}")
     check_safetensors(directory, "target")

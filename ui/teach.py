@@ -1,27 +1,355 @@
-"""The Teach tab: block-by-block replay of how DFlash drafts and verifies.
+"""The Teach tab: replay a stored reply block by block, compare it with plain decoding, and
+look at a session's analytics.
 
-PLACEHOLDER owned by the teaching-view engineer, who replaces this module. Contract:
-``build_teach_tab(ctx)`` is called inside ``with gr.Tab("Teach", elem_id="teach"):`` in
-``ui.layout.build_ui`` and builds that tab's content; it gets the same ``UIContext`` as the rest
-of the UI (``ctx.store`` for stored cycles with their ``slots``, ``ctx.engines.submit`` for engine
-work on the one worker). It may return a dict of named components for wiring; it returns None now.
+``build_teach_tab(ctx)`` is called inside ``with gr.Tab("Teach", elem_id="teach")`` in
+``ui.layout``; it builds the tab and wires its own events (the tab's ``select`` and the page's
+``load`` refresh it, so it needs nothing from the rest of the layout). Everything shown comes
+from the store; the comparison runs on the engine worker (``ctx.engines.submit``).
+
+Element ids: teach-session, teach-reply, teach-refresh, teach-prev, teach-play, teach-next,
+teach-speed, teach-cycle, teach-step (holding teach-caption, teach-context, teach-block,
+teach-slots, teach-heatmap, teach-text, teach-cache), teach-explain, compare, compare-result,
+compare-chart, analytics-summary, analytics-tau-time, analytics-tau-hist, analytics-position,
+analytics-table, analytics-export, analytics-files.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import gradio as gr
+import plotly.graph_objects as go
 
+from . import analytics as an
 from .context import UIContext
+from .render import esc
+from .teach_compare import Comparison, Run, run_comparison, sampling_from_settings, stored_run
+from .teach_render import TEACH_CSS, compare_html, explainer_html, step_html
+from .teach_steps import TeachStep, build_steps, reply_numbers, reply_prompt
+
+SPEEDS = (0.25, 4.0)  # cycles per second
+ENGINE_QUEUE = {"concurrency_limit": 1, "concurrency_id": "engine"}  # the chat's engine queue: one at a time
+try:
+    from storage.errors import StoreError as _StoreError
+
+    STORE_ERRORS: tuple[type[Exception], ...] = (_StoreError, ValueError)
+except ImportError:  # pragma: no cover
+    STORE_ERRORS = (ValueError,)
 
 
-def build_teach_tab(ctx: UIContext) -> dict | None:
-    gr.Markdown(
-        "### How DFlash works, block by block\n"
-        "Each **cycle** the small draft network fills a whole block of mask slots in *one* forward pass; "
-        "the target model checks the block in *one* forward pass and keeps the drafts up to the first "
-        "disagreement, then adds its own token (the *bonus*). In the token view, hover a block to see "
-        "its boundary and a token to see its slot and probabilities.\n\n"
-        "*A step-by-step replay of stored cycles is coming to this tab.*",
-        elem_id="teach-placeholder",
-    )
-    return None
+# ============================================================================ reading the store
+
+
+def session_choices(ctx: UIContext) -> list[tuple[str, int]]:
+    return [(f"{s['title']} ({s['message_count']} messages)", s["id"]) for s in ctx.store.list_sessions()]
+
+
+def reply_choices(ctx: UIContext, session_id: int | None) -> list[tuple[str, int]]:
+    """The session's replies, newest last: "#seq · text… · N cycles · τ x"."""
+    if session_id is None:
+        return []
+    stats = {r["message_id"]: r for r in ctx.store.session_stats(session_id)["replies"]}
+    choices = []
+    for m in ctx.store.get_messages(session_id):
+        if m["role"] != "assistant":
+            continue
+        r = stats.get(m["id"], {})
+        preview = " ".join((m["content"] or "").split())[:40] or "(empty)"
+        figures = f"{r.get('cycles') or 0} cycles" + (f" · τ {r['mean_tau']:.2f}" if r.get("mean_tau") else "")
+        choices.append((f"#{m['seq']} · {preview} · {figures}", m["id"]))
+    return choices
+
+
+def default_reply(ctx: UIContext, session_id: int | None) -> int | None:
+    """The latest reply of the session that has cycles (else its latest reply)."""
+    if session_id is None:
+        return None
+    replies = ctx.store.session_stats(session_id)["replies"]
+    with_cycles = [r for r in replies if r["cycles"]]
+    chosen = (with_cycles or replies)[-1:]
+    return chosen[0]["message_id"] if chosen else None
+
+
+def load_steps(ctx: UIContext, message_id: int | None) -> list[TeachStep]:
+    if message_id is None:
+        return []
+    try:
+        message = ctx.store.get_message(int(message_id))
+        cycles = ctx.store.get_cycles(int(message_id))
+    except STORE_ERRORS:
+        return []
+    return build_steps(message["content"] or "", cycles)
+
+
+def _clamp(k, n: int) -> int:
+    try:
+        k = int(k)
+    except (TypeError, ValueError):
+        k = 1
+    return max(1, min(n, k)) if n else 1
+
+
+# ============================================================================ replay
+
+
+def step_view(ctx: UIContext, message_id, k) -> str:
+    steps = load_steps(ctx, message_id)
+    if not steps:
+        return step_html(None, "This reply has no stored cycles to replay." if message_id is not None else "")
+    return step_html(steps[_clamp(k, len(steps)) - 1])
+
+
+def move(ctx: UIContext, message_id, k, delta: int) -> tuple:
+    """Prev / Next: the new cycle number and its view."""
+    steps = load_steps(ctx, message_id)
+    k = _clamp(_clamp(k, len(steps)) + delta, len(steps))
+    return k, step_html(steps[k - 1]) if steps else step_html(None)
+
+
+def toggle_play(ctx: UIContext, message_id, k, playing: bool, speed) -> tuple:
+    """Play / Pause. Playing from the last cycle starts again at the first."""
+    steps = load_steps(ctx, message_id)
+    playing = not playing and len(steps) > 1
+    k = _clamp(k, len(steps))
+    restart = playing and k >= len(steps)
+    if restart:
+        k = 1
+    interval = 1.0 / max(SPEEDS[0], min(SPEEDS[1], float(speed or 1.0)))
+    return (playing, gr.Timer(value=interval, active=playing), gr.Button("⏸ Pause" if playing else "▶ Play"),
+            k if restart else gr.skip(), step_html(steps[0]) if restart else gr.skip())
+
+
+def tick(ctx: UIContext, message_id, k, playing: bool) -> tuple:
+    """One Play step: the next cycle; at the last one, stop."""
+    steps = load_steps(ctx, message_id)
+    if not playing or not steps:
+        return k, gr.skip(), False, gr.Timer(active=False), gr.Button("▶ Play")
+    k = _clamp(_clamp(k, len(steps)) + 1, len(steps))
+    done = k >= len(steps)
+    return (k, step_html(steps[k - 1]), not done, gr.Timer(active=not done),
+            gr.Button("▶ Play") if done else gr.skip())
+
+
+def set_speed(speed, playing: bool):
+    interval = 1.0 / max(SPEEDS[0], min(SPEEDS[1], float(speed or 1.0)))
+    return gr.Timer(value=interval, active=bool(playing))
+
+
+# ============================================================================ whole view
+
+
+def reply_view(ctx: UIContext, message_id) -> tuple:
+    """What changes with the reply: cycle slider, step, explainer, comparison (cleared)."""
+    steps = load_steps(ctx, message_id)
+    n = len(steps)
+    slider = gr.Slider(minimum=1, maximum=max(n, 2), value=1, step=1, interactive=n > 1,
+                       label=f"Cycle (of {n})" if n else "Cycle (no stored cycles)")
+    note = "This reply has no stored cycles to replay." if message_id is not None else "No reply to replay yet: chat first."
+    return (slider, step_html(steps[0]) if steps else step_html(None, note),
+            explainer_html(reply_numbers(steps) if steps else None), compare_html(None), None)
+
+
+def analytics_view(ctx: UIContext, session_id) -> tuple:
+    """Summary, three charts and the table of a session's replies."""
+    if session_id is None:
+        return ('<div id="analytics-empty">No session yet.</div>', None, None, None, [])
+    try:
+        data = an.session_analytics(ctx.store, int(session_id))
+    except STORE_ERRORS:
+        return ('<div id="analytics-empty">That session no longer exists.</div>', None, None, None, [])
+    return (analytics_summary_html(data), an.tau_over_time_chart(data), an.tau_histogram_chart(data),
+            an.position_chart(data), an.table_rows(data))
+
+
+def analytics_summary_html(data: an.SessionAnalytics) -> str:
+    cells = []
+    for kind in ("code", "prose", "all"):
+        f = data.by_kind[kind]
+        replies = sum(1 for r in data.replies if kind == "all" or r.kind == kind)
+        mean = "–" if f.mean_tau is None else f"{f.mean_tau:.2f}"
+        rate = "–" if f.acceptance_rate is None else f"{f.acceptance_rate:.0%}"
+        cells.append(f'<div class="ex-col" data-kind="{kind}"><b>{kind}</b>: {replies} replies · {f.cycles} cycles · '
+                     f'<span class="ex-num" data-stat="mean-tau">{mean}</span> mean τ · {rate} of drafts accepted</div>')
+    return (f'<div id="analytics-kinds" class="ex-grid" style="display:grid;grid-template-columns:repeat(3,1fr);gap:8px">'
+            f'{"".join(cells)}</div><p style="font-size:12px;opacity:.7">Session “{esc(data.title)}”. Kind is '
+            'detected from each reply: code when at least half of its text is in code fences or looks like code '
+            '(Complete-mode replies are code).</p>')
+
+
+def full_view(ctx: UIContext, session_id=None, message_id=None) -> tuple:
+    """Sessions, replies, the replay of the chosen reply and the analytics of its session.
+    Defaults: the most recently updated session and its latest reply with cycles."""
+    sessions = session_choices(ctx)
+    ids = [v for _, v in sessions]
+    if session_id is not None and int(session_id) not in ids:
+        session_id = None
+    if session_id is None and sessions:
+        session_id = sessions[0][1]
+    replies = reply_choices(ctx, session_id)
+    if message_id is None or int(message_id) not in [v for _, v in replies]:
+        message_id = default_reply(ctx, session_id)
+    return (gr.Dropdown(choices=sessions, value=session_id), gr.Dropdown(choices=replies, value=message_id),
+            *reply_view(ctx, message_id), *analytics_view(ctx, session_id), gr.File(value=None, visible=False),
+            False, gr.Timer(active=False), gr.Button("▶ Play"))
+
+
+def export_analytics(ctx: UIContext, session_id):
+    if session_id is None:
+        raise gr.Error("No session to export.")
+    try:
+        data = an.session_analytics(ctx.store, int(session_id))
+    except STORE_ERRORS as exc:
+        raise gr.Error(f"Cannot export: {exc}") from None
+    return gr.File(value=an.export_files(data), visible=True)
+
+
+# ============================================================================ comparison
+
+
+def prepare_comparison(ctx: UIContext, message_id) -> tuple[dict, list[dict], object, bool]:
+    """The reply, its cycles and the prompt it answered; ``gr.Error`` when it cannot be compared."""
+    if message_id is None:
+        raise gr.Error("Pick a reply to compare first.")
+    try:
+        message = ctx.store.get_message(int(message_id))
+        messages = ctx.store.get_messages(message["session_id"])
+        cycles = ctx.store.get_cycles(int(message_id))
+    except STORE_ERRORS as exc:
+        raise gr.Error(f"Cannot compare: {exc}") from None
+    if message["role"] != "assistant":
+        raise gr.Error("Only a reply can be compared.")
+    if message["status"] == "streaming":
+        raise gr.Error("This reply is still being generated.")
+    try:
+        prompt, raw = reply_prompt(messages, message)
+    except ValueError as exc:
+        raise gr.Error(f"Cannot compare: {exc}") from None
+    return message, cycles, prompt, raw
+
+
+def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
+    """Re-run the reply's prompt with speculation off on the engine worker (then DFlash again,
+    for a back-to-back speed ratio) and show identical/different, tokens/s, speedup, timelines."""
+    message, cycles, prompt, raw = prepare_comparison(ctx, message_id)
+    settings = dict(message["settings"] or {})
+    try:
+        sampling, _ = sampling_from_settings(settings)
+        sampling.validate(max_block_size=ctx.defaults.max_block_size)
+    except Exception as exc:  # noqa: BLE001 - a stored setting the engine would refuse
+        raise gr.Error(f"Cannot compare: the reply's settings are invalid ({exc})") from None
+    if ctx.engines.engine is None and ctx.engines.status().state != "loading":
+        raise gr.Error("No model is loaded (see the model status).")
+    yield compare_html(None, "Running plain decoding, then DFlash, on the engine worker…"), gr.skip()
+
+    def work(engine):
+        if engine is None:
+            raise RuntimeError("no model is loaded")
+        return run_comparison(engine, prompt, raw, settings, rerun_dflash), getattr(engine, "name", "")
+
+    try:
+        (plain, dflash), engine_name = ctx.engines.submit(work).result()
+    except Exception as exc:  # noqa: BLE001 - shown to the user with its reason
+        gr.Warning(f"Comparison failed: {exc}")
+        yield compare_html(None, f"Comparison failed: {exc}"), gr.skip()
+        return
+    note = ""
+    if message.get("model") and engine_name and message["model"] != engine_name:
+        note = (f"This reply was made by {message['model']}; the model loaded now is {engine_name}, "
+                "so the texts need not match.")
+    comparison = Comparison(stored_run(message, cycles), plain, dflash, float(settings.get("temperature") or 0.0),
+                            note)
+    yield compare_html(comparison), timeline_chart(comparison)
+
+
+def timeline_chart(comparison: Comparison) -> go.Figure:
+    """Tokens over time for each run (cycle boundaries as steps)."""
+    fig = go.Figure()
+    styles = {"plain decoding": ("#d08a2e", "solid"), "stored reply": ("#999999", "dot")}
+    for run in (comparison.plain, comparison.dflash, comparison.stored):
+        if run is None or not run.timeline:
+            continue
+        color, dash = styles.get(run.label, ("#2e9e5b", "solid"))
+        fig.add_scatter(x=[t for t, _ in run.timeline], y=[n for _, n in run.timeline], mode="lines", name=run.label,
+                        line={"color": color, "dash": dash, "shape": "hv"},
+                        hovertemplate=f"{run.label}: %{{y}} tokens at %{{x:.0f}} ms<extra></extra>")
+    fig.update_layout(title={"text": "Tokens over time (prefill, then one step per target pass)", "font": {"size": 13}},
+                      height=260, margin={"l": 44, "r": 20, "t": 36, "b": 36}, template="plotly_white",
+                      xaxis_title="ms", yaxis={"title": "tokens", "rangemode": "tozero"},
+                      legend={"orientation": "h", "y": -0.3, "font": {"size": 10}})
+    return fig
+
+
+# ============================================================================ the tab
+
+
+def build_teach_tab(ctx: UIContext) -> dict:
+    from gradio.context import Context
+
+    tab = Context.block if isinstance(Context.block, gr.Tab) else None
+    demo = Context.root_block
+    c: dict = {}
+    gr.HTML(TEACH_CSS, elem_id="teach-style", padding=False)
+    gr.Markdown("### Replay a reply, block by block\nEvery **cycle** the draft fills a block of MASK slots in one "
+                "pass; the target checks the block in one pass, keeps the drafts up to the first mismatch and adds "
+                "its own *bonus* token.", elem_id="teach-intro")
+    with gr.Row(equal_height=True):
+        c["session"] = gr.Dropdown(choices=[], label="Session", elem_id="teach-session", scale=3)
+        c["reply"] = gr.Dropdown(choices=[], label="Reply", elem_id="teach-reply", scale=4)
+        c["refresh"] = gr.Button("↻ Latest", elem_id="teach-refresh", scale=1, min_width=80, size="sm")
+    c["explainer"] = gr.HTML(explainer_html(None), elem_id="teach-explain")
+    with gr.Row(equal_height=True):
+        c["prev"] = gr.Button("◀ Prev", elem_id="teach-prev", min_width=80)
+        c["play"] = gr.Button("▶ Play", elem_id="teach-play", variant="primary", min_width=80)
+        c["next"] = gr.Button("Next ▶", elem_id="teach-next", min_width=80)
+        c["speed"] = gr.Slider(SPEEDS[0], SPEEDS[1], value=1.0, step=0.25, label="Play speed (cycles per second)",
+                               elem_id="teach-speed", scale=2)
+    c["cycle"] = gr.Slider(1, 2, value=1, step=1, label="Cycle", elem_id="teach-cycle")
+    c["step"] = gr.HTML(step_html(None), elem_id="teach-step")
+    with gr.Accordion("Compare with plain decoding (identical output, how much faster?)", open=True):
+        c["compare"] = gr.Button("Compare with plain decoding", elem_id="compare", variant="secondary")
+        c["compare_result"] = gr.HTML(compare_html(None), elem_id="compare-result")
+        c["compare_chart"] = gr.Plot(elem_id="compare-chart", show_label=False)
+    with gr.Accordion("Session analytics", open=True):
+        c["summary"] = gr.HTML(elem_id="analytics-summary")
+        with gr.Row():
+            c["tau_time"] = gr.Plot(elem_id="analytics-tau-time", show_label=False)
+            c["tau_hist"] = gr.Plot(elem_id="analytics-tau-hist", show_label=False)
+            c["position"] = gr.Plot(elem_id="analytics-position", show_label=False)
+        c["table"] = gr.Dataframe(headers=an.TABLE_HEADERS, value=[], interactive=False, wrap=True,
+                                  elem_id="analytics-table", label="Replies")
+        c["export"] = gr.Button("Export figures (CSV) and charts (PNG)", elem_id="analytics-export", size="sm")
+        c["files"] = gr.File(label="Analytics export", file_count="multiple", visible=False, interactive=False,
+                             elem_id="analytics-files")
+    c["playing"] = gr.State(False)
+    c["timer"] = gr.Timer(1.0, active=False)
+    wire(ctx, c, tab, demo)
+    return c
+
+
+def wire(ctx: UIContext, c: dict, tab, demo) -> None:
+    hidden = {"api_visibility": "undocumented"}
+    full = [c["session"], c["reply"], c["cycle"], c["step"], c["explainer"], c["compare_result"], c["compare_chart"],
+            c["summary"], c["tau_time"], c["tau_hist"], c["position"], c["table"], c["files"], c["playing"],
+            c["timer"], c["play"]]
+    reply_outputs = [c["cycle"], c["step"], c["explainer"], c["compare_result"], c["compare_chart"]]
+    latest = partial(full_view, ctx)
+    if tab is not None:
+        tab.select(latest, None, full, **hidden)
+    if demo is not None:
+        demo.load(latest, None, full, **hidden)
+    c["refresh"].click(latest, None, full, **hidden)
+    c["session"].input(lambda s: full_view(ctx, s, None), [c["session"]], full, api_name="teach_session")
+    c["reply"].input(lambda m: (*reply_view(ctx, m), False, gr.Timer(active=False), gr.Button("▶ Play")),
+                     [c["reply"]], [*reply_outputs, c["playing"], c["timer"], c["play"]], api_name="teach_reply")
+    c["cycle"].input(partial(step_view, ctx), [c["reply"], c["cycle"]], c["step"], trigger_mode="always_last",
+                     api_name="teach_step")
+    c["prev"].click(lambda m, k: move(ctx, m, k, -1), [c["reply"], c["cycle"]], [c["cycle"], c["step"]], **hidden)
+    c["next"].click(lambda m, k: move(ctx, m, k, +1), [c["reply"], c["cycle"]], [c["cycle"], c["step"]], **hidden)
+    c["play"].click(partial(toggle_play, ctx), [c["reply"], c["cycle"], c["playing"], c["speed"]],
+                    [c["playing"], c["timer"], c["play"], c["cycle"], c["step"]], **hidden)
+    c["timer"].tick(partial(tick, ctx), [c["reply"], c["cycle"], c["playing"]],
+                    [c["cycle"], c["step"], c["playing"], c["timer"], c["play"]], **hidden)
+    c["speed"].input(set_speed, [c["speed"], c["playing"]], c["timer"], **hidden)
+    c["compare"].click(partial(compare, ctx), [c["reply"]], [c["compare_result"], c["compare_chart"]],
+                       api_name="compare", **ENGINE_QUEUE)
+    c["export"].click(partial(export_analytics, ctx), [c["session"]], c["files"], api_name="export_analytics")

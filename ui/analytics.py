@@ -1,0 +1,389 @@
+"""Session analytics: τ per reply over time, the τ histogram and per-position acceptance, split
+by kind of reply (code vs prose, detected from its text), a table of replies with their figures,
+and exports (CSV for the figures, PNG for the charts).
+
+Computed in Python from ``SessionStore.get_messages`` and ``session_cycle_series`` (block size,
+accepted and τ per cycle), so that the numbers can be checked against SQL in the tests. PNG
+charts are drawn with Pillow (Gradio's own dependency): plotly's PNG export needs kaleido and a
+browser, which an offline machine may not have.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from .render import FENCE
+
+KINDS = ("code", "prose")
+KIND_COLORS = {"code": "#2e9e5b", "prose": "#d08a2e", "all": "#2f6fd6"}
+CODE_LINE = re.compile(
+    r"""^\s*(?:def|class|import|from|return|if|elif|else|for|while|try|except|finally|with|raise|yield|lambda|
+    async|await|print|assert|pass|break|continue|const|let|var|function|public|private|static|\#include|fn|pub|
+    use|package|func)\b
+    |^(?:\ {2,}|\t)\S            # indented
+    |[;{}]\s*$|:\s*$|\)\s*$      # ends like code
+    |^\s*[\w.\[\]]+\s*[+\-*/%]?=\s*\S   # an assignment
+    |^\s*(?:\#|//)               # a comment
+    |^\s*@\w+                    # a decorator
+    """, re.X)
+PROSE_END = re.compile(r"[.!?…]\s*$")
+CODE_SHARE = 0.5  # a reply is code when at least half of its text is code
+
+
+# ---------------------------------------------------------------------------- kind of reply
+
+
+def code_share(text: str) -> float:
+    """Fraction of the reply's non-blank text that is code: characters inside fenced blocks,
+    plus, outside fences, lines that look like code (keywords, indentation, brackets, ``=``)."""
+    total = len("".join(text.split()))
+    if not total:
+        return 0.0
+    fenced, outside, pos = 0, [], 0
+    fences = list(FENCE.finditer(text))
+    i = 0
+    while i < len(fences):
+        opening = fences[i]
+        closing = next((f for f in fences[i + 1:] if f.group(2) == opening.group(2)), None)
+        outside.append(text[pos:opening.start()])
+        end = closing.start() if closing else len(text)
+        fenced += len("".join(text[opening.end():end].split()))
+        pos = closing.end() if closing else len(text)
+        i = fences.index(closing) + 1 if closing else len(fences)
+    outside.append(text[pos:])
+    loose = 0
+    for line in "\n".join(outside).splitlines():
+        if line.strip() and CODE_LINE.search(line) and not (PROSE_END.search(line) and len(line.split()) > 6):
+            loose += len("".join(line.split()))
+    return min(1.0, (fenced + loose) / total)
+
+
+def reply_kind(text: str, mode: str = "chat") -> str:
+    """"code" or "prose". A Complete-mode reply continues code, so it is code."""
+    if mode == "complete":
+        return "code"
+    return "code" if code_share(text or "") >= CODE_SHARE else "prose"
+
+
+# ---------------------------------------------------------------------------- figures
+
+
+@dataclass
+class Figures:
+    """Aggregates over a set of cycles (block size, accepted, τ)."""
+
+    cycles: int = 0
+    tokens: int = 0  # Σ τ
+    accepted: int = 0  # Σ accepted
+    drafted: int = 0  # Σ (block size - 1)
+    tau_histogram: dict[int, int] = field(default_factory=dict)
+    position_accepted: list[int] = field(default_factory=list)  # per slot j: cycles with accepted >= j
+    position_drafted: list[int] = field(default_factory=list)  # per slot j: cycles with block size - 1 >= j
+
+    def add(self, block_size: int, accepted: int, tau: int) -> None:
+        self.cycles += 1
+        self.tokens += tau
+        self.accepted += accepted
+        self.drafted += block_size - 1
+        self.tau_histogram[tau] = self.tau_histogram.get(tau, 0) + 1
+        for j in range(1, block_size):
+            while len(self.position_drafted) < j:
+                self.position_drafted.append(0)
+                self.position_accepted.append(0)
+            self.position_drafted[j - 1] += 1
+            self.position_accepted[j - 1] += accepted >= j
+
+    @property
+    def mean_tau(self) -> float | None:
+        return self.tokens / self.cycles if self.cycles else None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        return [a / d for a, d in zip(self.position_accepted, self.position_drafted) if d]
+
+
+@dataclass
+class ReplyFigures:
+    message_id: int
+    seq: int
+    created_at: str
+    mode: str  # the message kind: chat | complete
+    kind: str  # code | prose
+    status: str
+    model: str
+    new_tokens: int | None
+    tokens_per_s: float | None
+    code_share: float
+    preview: str
+    figures: Figures
+
+
+@dataclass
+class SessionAnalytics:
+    session_id: int
+    title: str
+    replies: list[ReplyFigures]
+    by_kind: dict[str, Figures]  # "code", "prose", "all"
+
+
+def session_analytics(store, session_id: int) -> SessionAnalytics:
+    session = store.get_session(session_id)
+    cycles: dict[int, list[dict]] = {}
+    for row in store.session_cycle_series(session_id):
+        cycles.setdefault(row["message_id"], []).append(row)
+    by_kind = {"code": Figures(), "prose": Figures(), "all": Figures()}
+    replies = []
+    for message in store.get_messages(session_id):
+        if message["role"] != "assistant":
+            continue
+        text = message["content"] or ""
+        share = 1.0 if message["kind"] == "complete" else code_share(text)
+        kind = reply_kind(text, message["kind"])
+        figures = Figures()
+        for row in cycles.get(message["id"], []):
+            for target in (figures, by_kind[kind], by_kind["all"]):
+                target.add(int(row["block_size"]), int(row["accepted"]), int(row["tau"]))
+        replies.append(ReplyFigures(
+            message_id=message["id"], seq=message["seq"], created_at=message["created_at"], mode=message["kind"],
+            kind=kind, status=message["status"], model=message["model"], new_tokens=message["new_tokens"],
+            tokens_per_s=message["tokens_per_s"], code_share=share,
+            preview=" ".join(text.split())[:60], figures=figures,
+        ))
+    return SessionAnalytics(session_id, session["title"], replies, by_kind)
+
+
+# ---------------------------------------------------------------------------- table and CSV
+
+TABLE_HEADERS = ["reply", "kind", "mode", "status", "tokens", "cycles", "mean τ", "acceptance", "tok/s",
+                 "max block", "created", "text"]
+CSV_HEADERS = ["message_id", "seq", "created_at", "kind", "mode", "status", "model", "new_tokens", "cycles",
+               "cycle_tokens", "mean_tau", "acceptance_rate", "tokens_per_s", "code_share", "max_block_size",
+               "per_position_acceptance", "tau_histogram"]
+
+
+def _round(value: float | None, digits: int = 3):
+    return None if value is None else round(value, digits)
+
+
+def table_rows(analytics: SessionAnalytics) -> list[list]:
+    rows = []
+    for r in analytics.replies:
+        f = r.figures
+        rows.append([
+            r.seq, r.kind, r.mode, r.status, r.new_tokens, f.cycles, _round(f.mean_tau, 2),
+            None if f.acceptance_rate is None else f"{f.acceptance_rate:.0%}", _round(r.tokens_per_s, 1),
+            len(f.position_drafted) + 1 if f.cycles else None, (r.created_at or "")[:19].replace("T", " "), r.preview,
+        ])
+    return rows
+
+
+def _join(values) -> str:
+    return " ".join(f"{v:.4f}" for v in values)
+
+
+def csv_text(analytics: SessionAnalytics) -> str:
+    """One row per reply, then one summary row per kind (``seq`` is ``code``/``prose``/``all``)."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(CSV_HEADERS)
+    for r in analytics.replies:
+        f = r.figures
+        writer.writerow([
+            r.message_id, r.seq, r.created_at, r.kind, r.mode, r.status, r.model,
+            "" if r.new_tokens is None else r.new_tokens, f.cycles, f.tokens,
+            "" if f.mean_tau is None else f"{f.mean_tau:.4f}",
+            "" if f.acceptance_rate is None else f"{f.acceptance_rate:.4f}",
+            "" if r.tokens_per_s is None else f"{r.tokens_per_s:.3f}", f"{r.code_share:.3f}",
+            len(f.position_drafted) + 1 if f.cycles else "", _join(f.per_position_acceptance),
+            " ".join(f"{k}:{v}" for k, v in sorted(f.tau_histogram.items())),
+        ])
+    for kind in ("code", "prose", "all"):
+        f = analytics.by_kind[kind]
+        count = sum(1 for r in analytics.replies if kind == "all" or r.kind == kind)
+        writer.writerow([
+            "", f"summary:{kind}", "", kind, "", f"{count} replies", "", "", f.cycles, f.tokens,
+            "" if f.mean_tau is None else f"{f.mean_tau:.4f}",
+            "" if f.acceptance_rate is None else f"{f.acceptance_rate:.4f}", "", "", "",
+            _join(f.per_position_acceptance), " ".join(f"{k}:{v}" for k, v in sorted(f.tau_histogram.items())),
+        ])
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------------------- charts (plotly)
+
+HEIGHT = 260
+
+
+def _layout(fig: go.Figure, title: str, **kwargs) -> go.Figure:
+    fig.update_layout(title={"text": title, "font": {"size": 13}}, height=HEIGHT,
+                      margin={"l": 44, "r": 20, "t": 36, "b": 36}, template="plotly_white",
+                      legend={"orientation": "h", "y": -0.3, "font": {"size": 10}}, **kwargs)
+    return fig
+
+
+def _kinds_present(analytics: SessionAnalytics) -> list[str]:
+    return [k for k in KINDS if analytics.by_kind[k].cycles]
+
+
+def tau_over_time_chart(analytics: SessionAnalytics) -> go.Figure:
+    fig = go.Figure()
+    for kind in KINDS:
+        replies = [r for r in analytics.replies if r.kind == kind and r.figures.cycles]
+        if not replies:
+            continue
+        fig.add_scatter(x=[r.created_at for r in replies], y=[r.figures.mean_tau for r in replies], mode="markers",
+                        name=f"{kind} replies", marker={"color": KIND_COLORS[kind], "size": 9},
+                        text=[f"reply #{r.seq}: {r.figures.cycles} cycles" for r in replies],
+                        hovertemplate="%{text}<br>mean τ %{y:.2f}<extra></extra>")
+    measured = [r for r in analytics.replies if r.figures.cycles]
+    if len(measured) > 1:
+        fig.add_scatter(x=[r.created_at for r in measured], y=[r.figures.mean_tau for r in measured], mode="lines",
+                        name="all replies", line={"color": "#999", "width": 1}, hoverinfo="skip")
+    return _layout(fig, "Mean τ per reply over time", xaxis_title="time", yaxis={"title": "mean τ", "rangemode": "tozero"})
+
+
+def tau_histogram_chart(analytics: SessionAnalytics) -> go.Figure:
+    fig = go.Figure()
+    taus = sorted(analytics.by_kind["all"].tau_histogram)
+    for kind in _kinds_present(analytics) or ["all"]:
+        hist = analytics.by_kind[kind].tau_histogram
+        fig.add_bar(x=taus, y=[hist.get(t, 0) for t in taus], name=kind, marker_color=KIND_COLORS[kind],
+                    hovertemplate=f"{kind}: τ %{{x}} in %{{y}} cycles<extra></extra>")
+    return _layout(fig, "τ histogram (cycles)", barmode="group", xaxis={"title": "τ", "dtick": 1},
+                   yaxis_title="cycles")
+
+
+def position_chart(analytics: SessionAnalytics) -> go.Figure:
+    fig = go.Figure()
+    for kind in [*_kinds_present(analytics), "all"]:
+        rates = analytics.by_kind[kind].per_position_acceptance
+        if not rates:
+            continue
+        fig.add_scatter(x=list(range(1, len(rates) + 1)), y=rates, mode="lines+markers", name=kind,
+                        line={"color": KIND_COLORS[kind], "dash": "dot" if kind == "all" else "solid"},
+                        hovertemplate=f"{kind}: slot %{{x}} accepted %{{y:.0%}}<extra></extra>")
+    return _layout(fig, "Acceptance by slot in the block", xaxis={"title": "slot", "dtick": 1},
+                   yaxis={"title": "P(accepted)", "range": [0, 1.05], "tickformat": ".0%"})
+
+
+# ---------------------------------------------------------------------------- charts (PNG with Pillow)
+
+
+@dataclass
+class Series:
+    name: str
+    values: list  # one per category (None: no value)
+    color: str
+    style: str = "bar"  # bar | line
+
+
+def png_chart(title: str, categories: list[str], series: list[Series], y_label: str = "",
+              y_max: float | None = None, percent: bool = False, size: tuple[int, int] = (900, 480)) -> bytes:
+    """A simple bar/line chart over categories as PNG bytes."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    width, height = size
+    image = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.load_default(size=14)
+    small = ImageFont.load_default(size=12)
+    big = ImageFont.load_default(size=17)
+    left, right, top, bottom = 70, 20, 48, 90
+    plot_w, plot_h = width - left - right, height - top - bottom
+    draw.text((left, 14), title, fill="#222", font=big)
+    values = [v for s in series for v in s.values if v is not None]
+    upper = y_max if y_max is not None else max(values + [1e-9]) * 1.1
+    upper = upper or 1.0
+
+    def y_at(value: float) -> float:
+        return top + plot_h - (value / upper) * plot_h
+
+    for i in range(6):  # grid and y ticks
+        value = upper * i / 5
+        y = y_at(value)
+        draw.line([(left, y), (left + plot_w, y)], fill="#e6e6e6")
+        label = f"{value:.0%}" if percent else (f"{value:.0f}" if upper >= 10 else f"{value:.2f}")
+        draw.text((left - 8, y), label, fill="#555", font=small, anchor="rm")
+    draw.line([(left, top), (left, top + plot_h), (left + plot_w, top + plot_h)], fill="#444", width=1)
+    if y_label:
+        draw.text((10, top - 26), y_label, fill="#444", font=small)
+    n = max(len(categories), 1)
+    slot = plot_w / n
+    bars = [s for s in series if s.style == "bar"]
+    bar_w = slot * 0.8 / max(len(bars), 1)
+    step = max(1, n // 30)
+    for i, category in enumerate(categories):
+        if i % step == 0:
+            draw.text((left + slot * (i + 0.5), top + plot_h + 6), category, fill="#444", font=small, anchor="mt")
+    for b, s in enumerate(bars):
+        for i, value in enumerate(s.values):
+            if value is None:
+                continue
+            x0 = left + slot * i + slot * 0.1 + b * bar_w
+            draw.rectangle([x0, y_at(value), x0 + bar_w - 1, top + plot_h], fill=s.color)
+    for s in series:
+        if s.style != "line":
+            continue
+        points = [(left + slot * (i + 0.5), y_at(v)) for i, v in enumerate(s.values) if v is not None]
+        if len(points) > 1:
+            draw.line(points, fill=s.color, width=2)
+        for x, y in points:
+            draw.ellipse([x - 4, y - 4, x + 4, y + 4], fill=s.color)
+    x = left
+    for s in series:  # legend
+        draw.rectangle([x, height - 30, x + 14, height - 18], fill=s.color)
+        draw.text((x + 20, height - 24), s.name, fill="#333", font=font, anchor="lm")
+        x += 40 + int(draw.textlength(s.name, font=font))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def png_charts(analytics: SessionAnalytics) -> dict[str, bytes]:
+    """The three charts as PNG bytes, by file name."""
+    replies = [r for r in analytics.replies if r.figures.cycles]
+    over_time = png_chart(
+        f"Mean τ per reply over time: {analytics.title}", [f"#{r.seq}" for r in replies],
+        [Series(f"{kind} replies", [r.figures.mean_tau if r.kind == kind else None for r in replies],
+                KIND_COLORS[kind], "bar") for kind in KINDS if any(r.kind == kind for r in replies)]
+        or [Series("replies", [], KIND_COLORS["all"])],
+        y_label="mean τ")
+    taus = sorted(analytics.by_kind["all"].tau_histogram)
+    kinds = _kinds_present(analytics) or ["all"]
+    histogram = png_chart(
+        "τ histogram (cycles)", [str(t) for t in taus],
+        [Series(kind, [analytics.by_kind[kind].tau_histogram.get(t, 0) for t in taus], KIND_COLORS[kind])
+         for kind in kinds], y_label="cycles")
+    longest = max((len(analytics.by_kind[k].per_position_acceptance) for k in ("code", "prose", "all")), default=0)
+    positions = png_chart(
+        "Acceptance by slot in the block", [str(j) for j in range(1, longest + 1)],
+        [Series(kind, analytics.by_kind[kind].per_position_acceptance
+                + [None] * (longest - len(analytics.by_kind[kind].per_position_acceptance)), KIND_COLORS[kind], "line")
+         for kind in [*_kinds_present(analytics), "all"]],
+        y_label="P(accepted)", y_max=1.0, percent=True)
+    return {"tau-per-reply.png": over_time, "tau-histogram.png": histogram, "acceptance-by-slot.png": positions}
+
+
+def export_files(analytics: SessionAnalytics, folder: Path | None = None) -> list[str]:
+    """Write the CSV and the PNG charts into a new folder; return their paths."""
+    folder = Path(folder or tempfile.mkdtemp(prefix="dflash-analytics-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"session-{analytics.session_id}"
+    paths = [folder / f"{stem}-replies.csv"]
+    paths[0].write_text(csv_text(analytics), encoding="utf-8")
+    for name, data in png_charts(analytics).items():
+        path = folder / f"{stem}-{name}"
+        path.write_bytes(data)
+        paths.append(path)
+    return [str(p) for p in paths]

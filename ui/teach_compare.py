@@ -1,0 +1,161 @@
+"""Compare a stored reply with plain decoding: re-run its prompt with speculation off (same
+settings and seed) on the engine worker, and DFlash again right after it (so that the speed
+ratio comes from one back-to-back measurement, DESIGN §5), then say whether the outputs are
+identical and how much faster DFlash was.
+
+``run_comparison`` runs on the engine worker (``ctx.engines.submit``); everything else is pure.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+
+from engine.config import FallbackConfig, SamplingConfig
+from engine.events import Cycle, Failed, Finished, Started
+
+DEFAULT_SEED = 0  # stored replies carry no seed; at T > 0 both runs of a comparison use this one
+
+
+@dataclass
+class Run:
+    """One generation, reduced to what the comparison shows."""
+
+    label: str
+    text: str = ""
+    token_ids: tuple[int, ...] = ()
+    tokens_per_s: float | None = None
+    total_ms: float = 0.0
+    prefill_ms: float = 0.0
+    cycles: int = 0
+    mean_tau: float | None = None
+    timeline: list[tuple[float, int]] = field(default_factory=list)  # (ms since start, tokens so far)
+    error: str | None = None
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.token_ids) if self.token_ids else (self.timeline[-1][1] if self.timeline else 0)
+
+
+def collect(label: str, events) -> Run:
+    """Drain one generation's events into a ``Run`` (a ``Failed`` event becomes ``error``)."""
+    run = Run(label)
+    elapsed, tokens = 0.0, 0
+    for event in events:
+        if isinstance(event, Started):
+            run.prefill_ms = elapsed = float(event.prefill_ms)
+            tokens = 1
+            run.timeline.append((elapsed, tokens))
+        elif isinstance(event, Cycle):
+            elapsed += event.draft_ms + event.verify_ms
+            tokens += event.tau
+            run.timeline.append((elapsed, tokens))
+        elif isinstance(event, Finished):
+            run.text, run.token_ids = event.text, tuple(event.token_ids)
+            run.tokens_per_s, run.total_ms = event.tokens_per_s, event.total_ms
+            run.cycles, run.mean_tau = event.cycles, event.mean_acceptance_length or None
+        elif isinstance(event, Failed):
+            run.error = event.message
+    return run
+
+
+def stored_run(message: dict, cycles: list[dict]) -> Run:
+    """The stored reply as a ``Run`` (its text, tokens/s and timeline from its cycles)."""
+    run = Run("stored reply", text=message.get("content") or "", tokens_per_s=message.get("tokens_per_s"),
+              total_ms=float(message.get("total_ms") or 0.0), prefill_ms=float(message.get("prefill_ms") or 0.0),
+              cycles=len(cycles))
+    elapsed, tokens = run.prefill_ms, 1
+    run.timeline.append((elapsed, tokens))
+    for cycle in cycles:
+        elapsed += float(cycle.get("draft_ms") or 0.0) + float(cycle.get("verify_ms") or 0.0)
+        tokens += int(cycle.get("tau") or len(cycle.get("emitted_pieces") or ()))
+        run.timeline.append((elapsed, tokens))
+    taus = [int(c.get("tau") or 0) for c in cycles]
+    run.mean_tau = sum(taus) / len(taus) if taus else None
+    return run
+
+
+def sampling_from_settings(settings: dict) -> tuple[SamplingConfig, FallbackConfig]:
+    """The reply's stored settings as engine configs (a fixed seed when none was stored)."""
+    seed = settings.get("seed")
+    sampling = SamplingConfig(
+        max_new_tokens=int(settings.get("max_new_tokens") or 256),
+        block_size=int(settings["block_size"]) if settings.get("block_size") else None,
+        temperature=float(settings.get("temperature") or 0.0),
+        top_p=float(settings.get("top_p") or 1.0),
+        top_k=int(settings.get("top_k") or 0),
+        seed=int(seed) if seed is not None else DEFAULT_SEED,
+    )
+    return sampling, FallbackConfig(enabled=bool(settings.get("fallback", False)))
+
+
+@dataclass
+class Comparison:
+    stored: Run
+    plain: Run
+    dflash: Run | None  # DFlash re-run right after the plain run (None when it was skipped)
+    temperature: float
+    model_note: str = ""  # set when the reply was made by another model than the one loaded now
+
+    @property
+    def identical(self) -> bool:
+        return not self.plain.error and self.plain.text == self.stored.text
+
+    @property
+    def dflash_identical(self) -> bool | None:
+        if self.dflash is None or self.dflash.error:
+            return None
+        return self.dflash.text == self.plain.text
+
+    @property
+    def speedup(self) -> float | None:
+        """DFlash tokens/s over plain tokens/s, both measured now, back to back (else the stored reply's)."""
+        fast = self.dflash if self.dflash is not None and self.dflash.tokens_per_s else self.stored
+        if not fast.tokens_per_s or not self.plain.tokens_per_s:
+            return None
+        return fast.tokens_per_s / self.plain.tokens_per_s
+
+    def first_difference(self) -> int | None:
+        """Index of the first differing character between the stored reply and the plain run."""
+        a, b = self.stored.text, self.plain.text
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return i
+        return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def run_comparison(engine, prompt, raw: bool, settings: dict, rerun_dflash: bool = True,
+                   cancel: threading.Event | None = None) -> tuple[Run, Run | None]:
+    """On the engine worker: plain decoding (block 1, no draft), then DFlash with the reply's settings."""
+    sampling, fallback = sampling_from_settings(settings)
+    ids = engine.encode(prompt, raw=raw)
+    sampling = engine.check_request(ids, sampling)
+    plain = collect("plain decoding", engine.generate(
+        ids, replace(sampling, block_size=1), FallbackConfig(enabled=False), cancel,
+        slot_details=False, speculative=False))
+    dflash = None
+    if rerun_dflash and getattr(engine, "speculative", True):
+        dflash = collect("DFlash (re-run now)", engine.generate(ids, sampling, fallback, cancel, slot_details=False))
+    return plain, dflash
+
+
+WHY_DIFFERENT_SAMPLED = (
+    "At temperature {t:g} every token is a random sample from the target's distribution. DFlash draws a sample at "
+    "every position of a verified block (B per target pass) and keeps only a prefix, while plain decoding draws one "
+    "per step, so the same seed is consumed differently and the texts part ways at the first token where the "
+    "random draws differ. Both are exact samples from the same target distribution (DFlash is lossless in "
+    "distribution); only greedy decoding (T = 0) must match token for token."
+)
+WHY_DIFFERENT_GREEDY = (
+    "At temperature 0 DFlash must reproduce plain greedy decoding token for token, so a difference means the "
+    "reply was made under other conditions (another model, an edited history, a stopped reply) or that the "
+    "target's logits have near-ties that change with the batch shape (fp16/bf16 on a GPU)."
+)
+
+
+def why_different(comparison: Comparison) -> str:
+    if comparison.identical:
+        return ""
+    if comparison.temperature > 0:
+        return WHY_DIFFERENT_SAMPLED.format(t=comparison.temperature)
+    return WHY_DIFFERENT_GREEDY

@@ -42,8 +42,8 @@ def run(ctx, session_id, controls=CONTROLS):
 
 def reply_cycles(updates) -> int:
     """Cycles drawn in the last acceptance chart."""
-    figures = [u[4] for u in updates if not isinstance(u[4], dict)]
-    return len(figures[-1].data[0].x)
+    figures = [u[4] for u in updates if hasattr(u[4], "plot")]
+    return len(json.loads(figures[-1].plot)["data"][0]["x"])
 
 
 def messages(ctx, session_id):

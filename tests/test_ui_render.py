@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 
 from engine.config import FallbackConfig, SamplingConfig
@@ -124,11 +125,15 @@ def test_charts_are_plotly_figures_with_block_size_and_annotations():
     trace = trace_of(FakeReply(" ".join("abcdefghijklmnopqrstuvwxyz"), accept=(1,),
                                fallback_at={3: (4, "reduced", "why")}))
     fig = charts.acceptance_chart(trace)
-    names = [t.name for t in fig.data]
-    assert names == ["τ (tokens this cycle)", "block size"]
-    assert list(fig.data[1].y)[:5] == [8, 8, 8, 4, 4]
-    assert any(a.hovertext == "why" for a in fig.layout.annotations)
-    assert charts.session_chart({"replies": [{"mean_tau": 2.0, "tokens_per_s": 10.0}]}).data[0].y == (2.0,)
-    assert charts.tau_histogram({"2": 3}).data[0].x == (2,)
-    assert charts.position_chart([0.5, 0.25]).data[0].y == (0.5, 0.25)
-    assert charts.acceptance_chart(None).data[0].x == ()
+    assert [t["name"] for t in fig["data"]] == ["τ (tokens this cycle)", "block size"]
+    assert fig["data"][1]["y"][:5] == [8, 8, 8, 4, 4]
+    assert fig["layout"]["annotations"][0]["hovertext"] == "why" and fig["layout"]["shapes"][0]["x0"] == 3.5
+    assert charts.session_chart({"replies": [{"mean_tau": 2.0, "tokens_per_s": 10.0}]})["data"][0]["y"] == [2.0]
+    assert charts.tau_histogram({"2": 3})["data"][0]["x"] == [2]
+    assert charts.position_chart([0.5, 0.25])["data"][0]["y"] == [0.5, 0.25]
+    assert charts.acceptance_chart(None)["data"][0]["x"] == []
+    sent = charts.plot(fig)  # what gr.Plot gets: plotly JSON that plotly.js draws
+    assert sent.type == "plotly" and json.loads(sent.plot) == fig
+    import plotly.graph_objects as go
+
+    go.Figure(fig)  # a valid Plotly figure (validated here, not on every streamed update)

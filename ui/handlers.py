@@ -132,8 +132,8 @@ def chat_history(ctx: UIContext, session_id: int | None) -> tuple[list[dict], li
 def reply_outputs(trace: ReplyTrace | None, mode: str = "chat", model_line: str = "") -> tuple:
     """token view, stats strip, acceptance chart, τ histogram, per-position chart."""
     t = trace or ReplyTrace()
-    return (render_token_view(trace, mode), stats_html(trace, model_line), charts.acceptance_chart(t),
-            charts.tau_histogram(t.tau_histogram()), charts.position_chart(t.per_position_acceptance()))
+    return (render_token_view(trace, mode), stats_html(trace, model_line), charts.plot(charts.acceptance_chart(t)),
+            charts.plot(charts.tau_histogram(t.tau_histogram())), charts.plot(charts.position_chart(t.per_position_acceptance())))
 
 
 def stored_trace(ctx: UIContext, message: dict) -> ReplyTrace:
@@ -159,7 +159,7 @@ def session_view(ctx: UIContext, session_id: int | None, query: str = "") -> tup
     token_view, stats, acc, hist, pos = reply_outputs(trace, mode)
     settings = settings_outputs(ctx, session["settings"] if session else None) if session else (gr.skip(),) * len(SETTING_KEYS)
     return (session_id, session_id, history, ids, session_list(ctx, session_id, query),
-            session["title"] if session else "", token_view, stats, acc, charts.session_chart(session_stats),
+            session["title"] if session else "", token_view, stats, acc, charts.plot(charts.session_chart(session_stats)),
             hist, pos, *settings)
 
 
@@ -374,10 +374,10 @@ def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top
         editor = (last["content"] + trace.text) if complete else gr.skip()
         if charts_due:
             last_chart = now
-            session_chart = charts.session_chart(ctx.store.session_stats(session_id)) if update.final else gr.skip()
-            yield (rows, ids, token_view, stats, charts.acceptance_chart(trace), session_chart,
-                   charts.tau_histogram(trace.tau_histogram()), charts.position_chart(trace.per_position_acceptance()),
-                   editor)
+            session_chart = charts.plot(charts.session_chart(ctx.store.session_stats(session_id))) if update.final else gr.skip()
+            yield (rows, ids, token_view, stats, charts.plot(charts.acceptance_chart(trace)), session_chart,
+                   charts.plot(charts.tau_histogram(trace.tau_histogram())),
+                   charts.plot(charts.position_chart(trace.per_position_acceptance())), editor)
         else:
             yield rows, ids, token_view, stats, gr.skip(), gr.skip(), gr.skip(), gr.skip(), editor
         if update.final and update.status == "error":

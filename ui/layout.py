@@ -89,7 +89,8 @@ def layout(ctx: UIContext) -> SimpleNamespace:
                     with gr.Row(equal_height=True):
                         c.chat_input = gr.Textbox(placeholder="Ask for code…  (Enter sends, Shift+Enter adds a line)",
                                                   lines=1, max_lines=10, show_label=False, elem_id="chat-input",
-                                                  scale=8, autofocus=True, container=False)
+                                                  scale=8, autofocus=True, container=False,
+                                                  interactive=False)  # enabled once the page has its session
                         c.send = gr.Button("Send", variant="primary", elem_id="send", scale=1, min_width=70)
                         c.stop = gr.Button("Stop", variant="stop", elem_id="stop", scale=1, min_width=70)
                     c.regenerate = gr.Button("↻ Regenerate last reply", size="sm", elem_id="regenerate")
@@ -144,7 +145,10 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
                              api_visibility="public" if api_name else "undocumented", **engine_queue)
 
     # -- page load: restore the session this browser showed (or the latest) from the database
-    demo.load(partial(h.on_load, ctx), [c.remembered], view, api_name="load_session")
+    def on_load(remembered):
+        return (*h.on_load(ctx, remembered), gr.Textbox(interactive=True))
+
+    demo.load(on_load, [c.remembered], [*view, c.chat_input], api_name="load_session")
     demo.load(partial(h.poll_model, ctx), None, [c.model_status, c.timer], api_visibility="undocumented")
     c.timer.tick(partial(h.poll_model, ctx), None, [c.model_status, c.timer], api_visibility="undocumented")
 

@@ -266,7 +266,7 @@ def assistant_markdown(content: str, status: str, trace: ReplyTrace | None = Non
     if not content and status == "streaming":
         body = "…"
     extras = []
-    if trace is not None and (tokens or trace.new_tokens):
+    if trace is not None and (tokens or trace.new_tokens) and status != "streaming":  # figures once it ended
         extras.append(reply_footer(trace, tokens or None))
     if status == "interrupted":
         extras.append('<span class="reply-note">⏹ stopped</span>')

@@ -1,0 +1,69 @@
+"""Playwright in Debian's Chromium (Playwright cannot download its own browser here; DESIGN §10)
+against the app served on 127.0.0.1 with a FakeEngine (fast, scripted) or the embedded model."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+CHROMIUM = os.environ.get("DFLASH_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+VIEWPORT = {"width": 1500, "height": 1000}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(studio) -> str:
+    studio.demo.launch(**studio.launch_kwargs(server_port=free_port(), prevent_thread_lock=True, quiet=True,
+                                              inbrowser=False))
+    return studio.demo.local_url
+
+
+@pytest.fixture(scope="session")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def fake_app(tmp_path_factory):
+    """The app on a FakeEngine whose cycles take 30 ms, with a database in a temporary folder."""
+    from tests.fake_engine import FakeEngine, fake_studio
+
+    engine = FakeEngine(delay_s=0.03)
+    studio = fake_studio(engine, db_path=tmp_path_factory.mktemp("e2e") / "sessions.db")
+    studio.host.start().result(timeout=10)
+    url = launch(studio)
+    yield studio, engine, url
+    studio.close()
+
+
+@pytest.fixture
+def page(browser, fake_app):
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    page.goto(fake_app[2])
+    page.wait_for_selector("#chat-input textarea:not([disabled])")  # the page has restored its session
+    if page.locator("#chat .message").count():  # each test starts on an empty chat
+        page.click("#new-session")
+        page.wait_for_function("!document.querySelector('#chat .message')")
+    yield page
+    context.close()

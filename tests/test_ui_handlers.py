@@ -268,3 +268,13 @@ def test_show_reply_renders_a_past_reply(ctx, engine):
     ids = [m["id"] for m in ctx.store.get_messages(session_id)]
     token_view = h.show_reply(ctx, ids, SimpleNamespace(index=1))[0]
     assert "old" in token_view and "new" not in token_view
+
+
+def test_a_prompt_the_loaded_model_cannot_take_is_refused_with_a_message_and_kept():
+    ctx = fake_studio(FakeEngine(context_window=16), load_delay_s=0.5, ui=False)
+    ctx.engines.start()  # still loading: the length check waits for the model
+    session_id, _ = send(ctx, "word " * 40)
+    with pytest.warns(UserWarning, match="context window is 16 tokens"):
+        updates = run(ctx, session_id)
+    assert "Not generated" in updates[-1][2]
+    assert messages(ctx, session_id) == [("user", "complete", "word " * 40)]  # the text is kept, no empty reply

@@ -470,6 +470,7 @@ def pick_model(ctx: UIContext, key: str) -> tuple:
         future.result()
     except Exception as exc:  # noqa: BLE001 - shown to the user with its reason
         gr.Warning(f"Cannot use {key}: {exc}")
-        return gr.Dropdown(value=ctx.engines.current_key), model_status_html(ctx), gr.Timer(active=False)
+        return (gr.Dropdown(choices=ctx.engines.choices(), value=ctx.engines.current_key), model_status_html(ctx),
+                gr.Timer(active=False))
     gr.Info(f"Model {key} loaded.")
     return gr.skip(), model_status_html(ctx), gr.Timer(active=False)

@@ -27,7 +27,8 @@ from .teach_compare import Comparison, Run, run_comparison, sampling_from_settin
 from .teach_render import TEACH_CSS, compare_html, explainer_html, step_html
 from .teach_steps import TeachStep, build_steps, reply_numbers, reply_prompt
 
-SPEEDS = (0.25, 4.0)  # cycles per second
+SPEEDS = (0.25, 4.0)
+PLAY, PAUSE = "▶ Play", "❚❚ Pause"  # cycles per second
 ENGINE_QUEUE = {"concurrency_limit": 1, "concurrency_id": "engine"}  # the chat's engine queue: one at a time
 try:
     from storage.errors import StoreError as _StoreError
@@ -115,19 +116,19 @@ def toggle_play(ctx: UIContext, message_id, k, playing: bool, speed) -> tuple:
     if restart:
         k = 1
     interval = 1.0 / max(SPEEDS[0], min(SPEEDS[1], float(speed or 1.0)))
-    return (playing, gr.Timer(value=interval, active=playing), gr.Button("⏸ Pause" if playing else "▶ Play"),
+    return (playing, gr.Timer(value=interval, active=playing), gr.Button(PAUSE if playing else PLAY),
             k if restart else gr.skip(), step_html(steps[0]) if restart else gr.skip())
 
 
 def tick(ctx: UIContext, message_id, k, playing: bool) -> tuple:
     """One Play step: the next cycle; at the last one, stop."""
     steps = load_steps(ctx, message_id)
-    if not playing or not steps:
-        return k, gr.skip(), False, gr.Timer(active=False), gr.Button("▶ Play")
+    if not playing or not steps:  # paused meanwhile: leave everything as Pause set it
+        return gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False), gr.skip()
     k = _clamp(_clamp(k, len(steps)) + 1, len(steps))
-    done = k >= len(steps)
-    return (k, step_html(steps[k - 1]), not done, gr.Timer(active=not done),
-            gr.Button("▶ Play") if done else gr.skip())
+    if k >= len(steps):
+        return k, step_html(steps[k - 1]), False, gr.Timer(active=False), gr.Button(PLAY)
+    return k, step_html(steps[k - 1]), gr.skip(), gr.skip(), gr.skip()
 
 
 def set_speed(speed, playing: bool):
@@ -190,7 +191,7 @@ def full_view(ctx: UIContext, session_id=None, message_id=None) -> tuple:
         message_id = default_reply(ctx, session_id)
     return (gr.Dropdown(choices=sessions, value=session_id), gr.Dropdown(choices=replies, value=message_id),
             *reply_view(ctx, message_id), *analytics_view(ctx, session_id), gr.File(value=None, visible=False),
-            False, gr.Timer(active=False), gr.Button("▶ Play"))
+            False, gr.Timer(active=False), gr.Button(PLAY))
 
 
 def export_analytics(ctx: UIContext, session_id):
@@ -297,13 +298,15 @@ def build_teach_tab(ctx: UIContext) -> dict:
         c["reply"] = gr.Dropdown(choices=[], label="Reply", elem_id="teach-reply", scale=4)
         c["refresh"] = gr.Button("↻ Latest", elem_id="teach-refresh", scale=1, min_width=80, size="sm")
     c["explainer"] = gr.HTML(explainer_html(None), elem_id="teach-explain")
-    with gr.Row(equal_height=True):
-        c["prev"] = gr.Button("◀ Prev", elem_id="teach-prev", min_width=80)
-        c["play"] = gr.Button("▶ Play", elem_id="teach-play", variant="primary", min_width=80)
-        c["next"] = gr.Button("Next ▶", elem_id="teach-next", min_width=80)
-        c["speed"] = gr.Slider(SPEEDS[0], SPEEDS[1], value=1.0, step=0.25, label="Play speed (cycles per second)",
-                               elem_id="teach-speed", scale=2)
-    c["cycle"] = gr.Slider(1, 2, value=1, step=1, label="Cycle", elem_id="teach-cycle")
+    with gr.Row():
+        with gr.Column(scale=3, min_width=300):
+            with gr.Row():
+                c["prev"] = gr.Button("◀ Prev", elem_id="teach-prev", min_width=70, size="sm")
+                c["play"] = gr.Button(PLAY, elem_id="teach-play", variant="primary", min_width=70, size="sm")
+                c["next"] = gr.Button("Next ▶", elem_id="teach-next", min_width=70, size="sm")
+            c["cycle"] = gr.Slider(1, 2, value=1, step=1, label="Cycle", elem_id="teach-cycle")
+        c["speed"] = gr.Slider(SPEEDS[0], SPEEDS[1], value=1.0, step=0.25, label="Play speed (cycles/s)",
+                               elem_id="teach-speed", scale=1, min_width=160)
     c["step"] = gr.HTML(step_html(None), elem_id="teach-step")
     with gr.Accordion("Compare with plain decoding (identical output, how much faster?)", open=True):
         c["compare"] = gr.Button("Compare with plain decoding", elem_id="compare", variant="secondary")
@@ -315,7 +318,7 @@ def build_teach_tab(ctx: UIContext) -> dict:
             c["tau_time"] = gr.Plot(elem_id="analytics-tau-time", show_label=False)
             c["tau_hist"] = gr.Plot(elem_id="analytics-tau-hist", show_label=False)
             c["position"] = gr.Plot(elem_id="analytics-position", show_label=False)
-        c["table"] = gr.Dataframe(headers=an.TABLE_HEADERS, value=[], interactive=False, wrap=True,
+        c["table"] = gr.Dataframe(headers=an.TABLE_HEADERS, value=[], interactive=False,
                                   elem_id="analytics-table", label="Replies")
         c["export"] = gr.Button("Export figures (CSV) and charts (PNG)", elem_id="analytics-export", size="sm")
         c["files"] = gr.File(label="Analytics export", file_count="multiple", visible=False, interactive=False,
@@ -339,7 +342,7 @@ def wire(ctx: UIContext, c: dict, tab, demo) -> None:
         demo.load(latest, None, full, **hidden)
     c["refresh"].click(latest, None, full, **hidden)
     c["session"].input(lambda s: full_view(ctx, s, None), [c["session"]], full, api_name="teach_session")
-    c["reply"].input(lambda m: (*reply_view(ctx, m), False, gr.Timer(active=False), gr.Button("▶ Play")),
+    c["reply"].input(lambda m: (*reply_view(ctx, m), False, gr.Timer(active=False), gr.Button(PLAY)),
                      [c["reply"]], [*reply_outputs, c["playing"], c["timer"], c["play"]], api_name="teach_reply")
     c["cycle"].input(partial(step_view, ctx), [c["reply"], c["cycle"]], c["step"], trigger_mode="always_last",
                      api_name="teach_step")

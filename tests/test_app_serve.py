@@ -1,0 +1,104 @@
+"""`dflash-studio serve`/`desktop`: options, the loopback rule, the model catalog, the engine
+host's background loading, and sessions surviving a restart of the app."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.cli import build_parser, main
+from app.config import AppConfig, is_loopback, parse_auth
+from app.wiring import EMBEDDED_KEY, EngineHost, ModelChoice, model_catalog
+from engine.config import EngineConfig
+from engine.errors import InvalidRequestError
+from tests.fake_engine import FakeEngine, fake_studio
+from ui import handlers as h
+
+CONTROLS = (8, 0.0, 1.0, 256, True, True)
+
+
+def test_serve_is_the_default_command_and_desktop_exists():
+    parser = build_parser()
+    args = parser.parse_args(["serve", "--port", "7999", "--no-browser", "--db", "x.db", "--models-dir", "m"])
+    assert (args.port, args.no_browser, str(args.db), args.host) == (7999, True, "x.db", "127.0.0.1")
+    assert parser.parse_args(["desktop"]).func.__name__ == "run_desktop"
+
+
+@pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("localhost", True), ("::1", True),
+                                            ("127.0.0.2", True), ("0.0.0.0", False), ("192.168.1.5", False)])
+def test_loopback_hosts(host, loopback):
+    assert is_loopback(host) is loopback
+
+
+def test_a_non_loopback_host_is_refused_without_auth(capsys):
+    with pytest.raises(InvalidRequestError, match="without authentication"):
+        AppConfig(host="0.0.0.0").validate()
+    AppConfig(host="0.0.0.0", auth=("me", "secret")).validate()
+    assert main(["serve", "--host", "0.0.0.0", "--no-browser"]) == 2  # nothing starts
+    assert "refusing to listen on 0.0.0.0" in capsys.readouterr().err
+    assert main(["--host", "0.0.0.0", "--auth", "nocolon"]) == 2
+    assert parse_auth("me:pa:ss") == ("me", "pa:ss")
+
+
+def test_the_model_catalog_offers_command_line_and_models_dir_pairs(tmp_path):
+    for name in ("qwen-8b", "mimo"):
+        (tmp_path / name / "target").mkdir(parents=True)
+        (tmp_path / name / "draft").mkdir()
+    (tmp_path / "not-a-model").mkdir()
+    config = AppConfig(engine=EngineConfig(target="/models/t", draft="/models/d"), models_dir=tmp_path)
+    catalog = model_catalog(config, embedded_dir=tmp_path / "missing")
+    assert [c.key for c in catalog] == ["t + d", "mimo", "qwen-8b"]
+    assert catalog[1] == ModelChoice("mimo", str(tmp_path / "mimo" / "target"), str(tmp_path / "mimo" / "draft"),
+                                     str(tmp_path / "mimo"))
+    assert [c.key for c in model_catalog(AppConfig(), embedded_dir=tmp_path / "missing")] == [EMBEDDED_KEY]
+
+
+def test_the_model_loads_in_the_background_with_progress_and_a_failure_keeps_the_old_one():
+    engine = FakeEngine()
+
+    def loader(choice, progress):
+        progress(0.5, "halfway")
+        time.sleep(0.3)
+        if choice.key == "bad":
+            raise InvalidRequestError("draft does not fit the target: vocabulary 100 ≠ 96")
+        return engine
+
+    host = EngineHost([ModelChoice("good", None, None), ModelChoice("bad", "t", "d")], loader)
+    future = host.start()
+    time.sleep(0.1)
+    assert (host.status().state, host.status().message, host.engine) == ("loading", "halfway", None)
+    assert future.result(timeout=5) is engine and host.status().state == "ready"
+    with pytest.raises(InvalidRequestError):
+        host.switch("bad").result(timeout=5)
+    assert host.engine is engine and host.current_key == "good"
+    assert host.status().state == "ready" and "vocabulary 100" in host.status().error
+    assert host.submit(lambda e: e.name).result(timeout=5) == "fake-coder"
+    host.shutdown()
+
+
+def test_sessions_survive_a_restart_of_the_app(tmp_path):
+    db = tmp_path / "sessions.db"
+    ctx = fake_studio(FakeEngine(), db_path=db, ui=False)
+    ctx.engines.start().result(timeout=5)
+    session_id = h.submit_prompt(ctx, None, "remember me", *CONTROLS)[0]
+    list(h.respond(ctx, session_id, *CONTROLS))
+    ctx.engines.shutdown()
+    ctx.store.close()
+
+    ctx = fake_studio(FakeEngine(), db_path=db, ui=False)  # a new process, in effect
+    view = h.on_load(ctx, None)
+    assert view[0] == session_id and view[5] == "remember me"
+    assert [r["role"] for r in view[2]] == ["user", "assistant"] and 'data-origin="accepted"' in view[6]
+    ctx.store.close()
+
+
+def test_desktop_opens_chromium_in_app_mode_when_there_is_no_webview(monkeypatch):
+    import app.cmd_serve as serve
+
+    calls = []
+    monkeypatch.setitem(__import__("sys").modules, "webview", None)  # import webview -> ImportError
+    monkeypatch.setattr(serve.shutil, "which", lambda name: "/usr/bin/chromium" if name == "chromium" else None)
+    monkeypatch.setattr(serve.subprocess, "run", lambda command, check: calls.append(command))
+    serve.open_window("http://127.0.0.1:7860/")
+    assert calls and calls[0][0] == "/usr/bin/chromium" and "--app=http://127.0.0.1:7860/" in calls[0]

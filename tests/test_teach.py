@@ -166,12 +166,22 @@ def test_the_view_defaults_to_the_latest_reply_and_steps_through_it(ctx, engine)
     # Play from the end restarts; each tick moves one cycle; the last tick stops the timer
     playing, timer, button, k, _ = teach.toggle_play(ctx, reply["id"], n, False, 2.0)
     assert playing and timer.active and timer.value == 0.5 and k == 1
-    k, page, playing, timer, _ = teach.tick(ctx, reply["id"], n - 1, True)
-    assert k == n and not playing and timer.active is False
+    k, page, playing, timer, button = teach.tick(ctx, reply["id"], 1, True)
+    assert k == 2 and 'data-cycle="2"' in page and playing == timer == button == gr_skip()
+    k, page, playing, timer, button = teach.tick(ctx, reply["id"], n - 1, True)
+    assert k == n and not playing and timer.active is False and button.value == teach.PLAY
+    paused = teach.tick(ctx, reply["id"], 3, False)  # a tick that arrives after Pause changes nothing
+    assert paused[0] == paused[1] == paused[2] == paused[4] == gr_skip() and paused[3].active is False
     assert teach.toggle_play(ctx, reply["id"], 3, True, 1.0)[0] is False  # pause
     # an older session's reply can be picked; an unknown one falls back to the default
     assert teach.full_view(ctx, first)[1].value == ctx.store.get_messages(first)[-1]["id"]
     assert teach.full_view(ctx, 999_999)[0].value == session_id
+
+
+def gr_skip():
+    import gradio as gr
+
+    return gr.skip()
 
 
 def test_an_empty_database_shows_a_hint_not_an_error(ctx):
@@ -187,7 +197,7 @@ def test_compare_reports_identical_output_and_the_speedup(ctx, engine):
     _, reply = chat(ctx, engine, "fib", FakeReply(accept=(5, 2, 7), fallback_at={}))
     updates = list(teach.compare(ctx, reply["id"]))
     html, chart = updates[-1]
-    assert 'data-identical="true"' in html and "identical" in html and "faster" in html or "speed" in html
+    assert 'data-identical="true"' in html and "identical" in html and 'id="compare-speedup"' in html
     assert {trace.name for trace in chart.data} == {"plain decoding", "DFlash (re-run now)", "stored reply"}
     plain_call, dflash_call = engine.calls[-2:]
     assert plain_call["sampling"].block_size == 1 and dflash_call["sampling"].block_size == 8
@@ -212,6 +222,9 @@ def test_comparison_figures_are_pure():
     plain, dflash = Run("plain", text="abc", tokens_per_s=10.0), Run("dflash", text="abc", tokens_per_s=25.0)
     assert Comparison(stored, plain, dflash, 0.0).speedup == 2.5
     assert Comparison(stored, plain, None, 0.0).speedup == 3.0  # no re-run: the stored reply's speed
+    assert "was <b id=\"compare-speedup\">2.50×</b> faster" in compare_html(Comparison(stored, plain, dflash, 0.0))
+    slow = Comparison(stored, Run("plain", text="abc", tokens_per_s=50.0), dflash, 0.0)
+    assert "ran at <b id=\"compare-speedup\">0.50×</b> the speed" in compare_html(slow)
     different = Comparison(stored, Run("plain", text="abd", tokens_per_s=10.0), None, 0.0)
     assert not different.identical and different.first_difference() == 2
     assert "temperature 0" in why_different(different)

@@ -27,8 +27,8 @@ from .teach_compare import Comparison, Run, run_comparison, sampling_from_settin
 from .teach_render import TEACH_CSS, compare_html, explainer_html, step_html
 from .teach_steps import TeachStep, build_steps, reply_numbers, reply_prompt
 
-SPEEDS = (0.25, 4.0)
-PLAY, PAUSE = "▶ Play", "❚❚ Pause"  # cycles per second
+SPEEDS = (0.25, 4.0)  # cycles per second
+PLAY, PAUSE = "▶ Play", "❚❚ Pause"
 ENGINE_QUEUE = {"concurrency_limit": 1, "concurrency_id": "engine"}  # the chat's engine queue: one at a time
 try:
     from storage.errors import StoreError as _StoreError

@@ -251,8 +251,12 @@ def compare_html(comparison: Comparison | None, note: str = "") -> str:
     speedup = c.speedup
     badge = (f'<span class="cr-badge" data-identical="{str(identical).lower()}" id="compare-verdict">'
              f'{"✓ identical output" if identical else "≠ different output"}</span>')
-    speed = (f" · DFlash <b id=\"compare-speedup\">{speedup:.2f}×</b> "
-             f"{'faster' if speedup >= 1 else 'the speed'} than plain decoding" if speedup else "")
+    speed = ""
+    if speedup and speedup >= 1:
+        speed = f" · DFlash was <b id=\"compare-speedup\">{speedup:.2f}×</b> faster than plain decoding"
+    elif speedup:
+        speed = (f" · DFlash ran at <b id=\"compare-speedup\">{speedup:.2f}×</b> the speed of plain decoding "
+                 "(slower here: too few drafts were accepted to pay for the draft and verify passes)")
     summary = (f'<p id="compare-summary">{badge} Plain decoding and the stored reply are <b>{word}</b>{speed}. '
                f'Plain {_fmt(c.plain.tokens_per_s)} tok/s; DFlash '
                f'{_fmt((c.dflash or c.stored).tokens_per_s)} tok/s'

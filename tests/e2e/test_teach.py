@@ -93,7 +93,11 @@ def test_a_stored_reply_replays_cycle_by_cycle_and_compares_identical(page, fake
     # Play moves on by itself
     page.click("#teach-play")
     page.wait_for_function("Number(document.querySelector('#teach-slots').dataset.cycle) >= 3", timeout=10_000)
-    page.click("#teach-play")  # pause
+    page.click("#teach-play")  # pause: the button says Play again and the cycle stays put
+    page.wait_for_function("document.querySelector('#teach-play').innerText.includes('Play')")
+    paused_at = page.get_attribute("#teach-slots", "data-cycle")
+    page.wait_for_timeout(1500)
+    assert page.get_attribute("#teach-slots", "data-cycle") == paused_at
     # session analytics: one reply in the table, charts drawn, export gives CSV + PNGs
     page.wait_for_selector("#analytics-tau-hist .js-plotly-plot")
     assert page.locator("#analytics-table tbody tr").count() >= 1
@@ -141,7 +145,7 @@ def real_app(tmp_path_factory):
 
         target_dir, draft_dir, *_ = save_tiny_pair(root / "pair", block_size=4)
         engine_config, label = EngineConfig(target=str(target_dir), draft=str(draft_dir), device="cpu"), "tiny random"
-    config = AppConfig(engine=engine_config, open_browser=False, max_new_tokens=48, flush_interval_s=0.2, fallback=False)
+    config = AppConfig(engine=engine_config, open_browser=False, max_new_tokens=24, flush_interval_s=0.2, fallback=False)
     studio = build_studio(config, store=SessionStore(root / "sessions.db"))
     studio.host.start().result(timeout=120)
     url = launch(studio)

@@ -199,7 +199,8 @@ def test_compare_reports_identical_output_and_the_speedup(ctx, engine):
     html, chart = updates[-1]
     assert 'data-identical="true"' in html and "identical" in html and 'id="compare-speedup"' in html
     assert {trace.name for trace in chart.data} == {"plain decoding", "DFlash (re-run now)", "stored reply"}
-    plain_call, dflash_call = engine.calls[-2:]
+    warm_plain, warm_dflash, plain_call, dflash_call = engine.calls[-4:]
+    assert warm_plain["sampling"].max_new_tokens == warm_dflash["sampling"].max_new_tokens == 4
     assert plain_call["sampling"].block_size == 1 and dflash_call["sampling"].block_size == 8
     assert plain_call["prompt_ids"] == dflash_call["prompt_ids"] == engine.calls[0]["prompt_ids"]
     assert plain_call["sampling"].max_new_tokens == 256 and plain_call["sampling"].seed == 0
@@ -208,11 +209,25 @@ def test_compare_reports_identical_output_and_the_speedup(ctx, engine):
 def test_compare_reports_a_difference_and_explains_it_at_temperature_above_zero(ctx, engine):
     controls = (8, 0.7, 0.9, 256, False, True)
     _, reply = chat(ctx, engine, "fib", "one answer", controls=controls)
-    engine.enqueue("another answer", "another answer")
+    engine.enqueue(*["another answer"] * 4)  # two short warm-up runs, then plain and DFlash
     html = list(teach.compare(ctx, reply["id"]))[-1][0]
     assert 'data-identical="false"' in html and "different" in html
     assert "temperature 0.7" in html and "random sample" in html
     assert engine.calls[-1]["sampling"].temperature == 0.7 and engine.calls[-1]["sampling"].top_p == 0.9
+
+
+def test_a_stopped_reply_is_compared_on_the_tokens_it_has(ctx, engine):
+    session_id, full = chat(ctx, engine, "fib", FakeReply(accept=(2, 4), fallback_at={}))
+    cycles = ctx.store.get_cycles(full["id"])[:3]
+    text = first_text(full["content"], ctx.store.get_cycles(full["id"]))
+    text += "".join("".join(c["emitted_pieces"]) for c in cycles)
+    ctx.store.add_message(session_id, "user", "fib")  # the same prompt again, answered and stopped early
+    stopped = ctx.store.start_reply(session_id, model=engine.name, settings=full["settings"])
+    ctx.store.save_reply(stopped, content=text, cycles=cycles, status="interrupted")
+    html = list(teach.compare(ctx, stopped))[-1][0]
+    produced = 1 + sum(c["tau"] for c in cycles)
+    assert 'data-identical="true"' in html and f"interrupted after {produced} tokens" in html
+    assert engine.calls[-1]["sampling"].max_new_tokens == produced
 
 
 def test_comparison_figures_are_pure():

@@ -233,6 +233,10 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
     for a back-to-back speed ratio) and show identical/different, tokens/s, speedup, timelines."""
     message, cycles, prompt, raw = prepare_comparison(ctx, message_id)
     settings = dict(message["settings"] or {})
+    stopped = message["status"] != "complete"
+    produced = 1 + sum(int(c.get("tau") or 0) for c in cycles) if cycles else message.get("new_tokens")
+    if stopped and produced:  # a stopped reply: compare the tokens it has
+        settings["max_new_tokens"] = int(produced)
     try:
         sampling, _ = sampling_from_settings(settings)
         sampling.validate(max_block_size=ctx.defaults.max_block_size)
@@ -257,6 +261,9 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
     if message.get("model") and engine_name and message["model"] != engine_name:
         note = (f"This reply was made by {message['model']}; the model loaded now is {engine_name}, "
                 "so the texts need not match.")
+    if stopped and produced:
+        note = " ".join(filter(None, [note, f"This reply was {message['status']} after {produced} tokens; "
+                                             f"both runs were limited to {produced} tokens."]))
     comparison = Comparison(stored_run(message, cycles), plain, dflash, float(settings.get("temperature") or 0.0),
                             note)
     yield compare_html(comparison), timeline_chart(comparison)
@@ -293,7 +300,7 @@ def build_teach_tab(ctx: UIContext) -> dict:
     gr.Markdown("### Replay a reply, block by block\nEvery **cycle** the draft fills a block of MASK slots in one "
                 "pass; the target checks the block in one pass, keeps the drafts up to the first mismatch and adds "
                 "its own *bonus* token.", elem_id="teach-intro")
-    with gr.Row(equal_height=True):
+    with gr.Row():
         c["session"] = gr.Dropdown(choices=[], label="Session", elem_id="teach-session", scale=3)
         c["reply"] = gr.Dropdown(choices=[], label="Reply", elem_id="teach-reply", scale=4)
         c["refresh"] = gr.Button("↻ Latest", elem_id="teach-refresh", scale=1, min_width=80, size="sm")
@@ -338,7 +345,7 @@ def wire(ctx: UIContext, c: dict, tab, demo) -> None:
     latest = partial(full_view, ctx)
     if tab is not None:
         tab.select(latest, None, full, **hidden)
-    if demo is not None:
+    elif demo is not None:  # not inside a tab: fill it when the page loads
         demo.load(latest, None, full, **hidden)
     c["refresh"].click(latest, None, full, **hidden)
     c["session"].input(lambda s: full_view(ctx, s, None), [c["session"]], full, api_name="teach_session")

@@ -65,7 +65,14 @@ TEACH_CSS = """
 #teach .tt-rejected { color: #c0392b; text-decoration: line-through; opacity: .55; }
 #teach .tt-anchor { background: rgba(47,111,214,.2); outline: 1px solid #2f6fd6; }
 #teach .tt-old { opacity: .8; }
-#teach-cache { font-size: 13px; }
+#teach-cache { font-size: 13px; margin-top: 4px; }
+#teach .lane { display: flex; align-items: center; gap: 8px; font-size: 12px; margin: 2px 0; }
+#teach .lane-name { width: 90px; font-weight: 600; }
+#teach .lane-boxes { display: inline-flex; gap: 2px; min-width: 140px; }
+#teach .lane-d, #teach .lane-t { display: inline-block; width: 10px; height: 12px; border-radius: 2px; vertical-align: middle; }
+#teach .lane-d { background: #8a63d2; opacity: .55; width: 6px; }
+#teach .lane-t { background: #2f6fd6; }
+#teach .lane-note { opacity: .75; }
 #teach-explainer .ex-grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(200px, 1fr)); gap: 8px; }
 #teach-explainer .ex-col { border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 6px 10px; font-size: 13px; }
 #teach-explainer .ex-num { font-size: 18px; font-weight: 700; }
@@ -186,6 +193,26 @@ def context_html(step: TeachStep) -> str:
             f'<span class="tt-anchor" title="the anchor">{esc(anchor)}</span></div>')
 
 
+def _lane(name: str, draft: int, target: int, note: str) -> str:
+    boxes = '<span class="lane-d" title="draft pass"></span>' * draft + '<span class="lane-t" title="target pass"></span>' * target
+    return (f'<div class="lane"><span class="lane-name">{esc(name)}</span><span class="lane-boxes">{boxes}</span>'
+            f'<span class="lane-note">{esc(note)}</span></div>')
+
+
+def cost_html(step: TeachStep) -> str:
+    """Passes needed for this cycle's tokens: DFlash, an EAGLE-style drafter, plain decoding."""
+    tokens = f"{step.tau} token{'s' if step.tau != 1 else ''}"
+    if step.block_size <= 1:
+        return f'<div id="teach-cost">{_lane("plain step", 0, 1, f"1 target pass → {tokens}")}</div>'
+    drafts = step.block_size - 1
+    return ('<div id="teach-cost">'
+            + _lane("DFlash", 1, 1, f"1 draft pass + 1 target pass → {tokens}")
+            + _lane("EAGLE-style", drafts, 1, f"{drafts} sequential draft passes + 1 target pass, same block")
+            + _lane("plain", 0, step.tau, f"{step.tau} target pass{'es' if step.tau != 1 else ''} → {tokens}")
+            + '<div class="ts-p"><span class="lane-d"></span> draft pass (small network) · '
+              '<span class="lane-t"></span> target pass (the big model)</div></div>')
+
+
 def step_html(step: TeachStep | None, note: str = "") -> str:
     if step is None:
         return empty_step_html(note or "Pick a reply with stored cycles to replay it.")
@@ -202,7 +229,8 @@ def step_html(step: TeachStep | None, note: str = "") -> str:
         f'<div class="teach-card"><div class="teach-h">3 · the draft\'s proposals and the target\'s verdicts (✓ accepted · ✗ first mismatch · greyed: discarded · ★ bonus)</div>{slots_html(step)}</div>'
         f'<div class="teach-card"><div class="teach-h">4 · the draft\'s top-3 per slot</div>{heatmap_html(step)}</div>'
         f'<div class="teach-card"><div class="teach-h">5 · the text so far (this cycle highlighted)</div>{text_html(step)}</div>'
-        f'<div class="teach-card"><div id="teach-cache">🗄 {esc(step.cache_line or "no cache figures stored")} · {esc(timing)}</div></div>'
+        f'<div class="teach-card"><div class="teach-h">6 · what this cycle cost</div>{cost_html(step)}'
+        f'<div id="teach-cache">{esc(step.cache_line or "no cache figures stored")} · {esc(timing)}</div></div>'
         '</div>'
     )
 
@@ -275,8 +303,7 @@ def compare_html(comparison: Comparison | None, note: str = "") -> str:
         extra.append(f'<p id="compare-why">{esc(why_different(c))}</p>')
     table = ('<table><tr><th>run</th><th>tokens</th><th>tok/s</th><th>target passes</th><th>mean τ</th><th></th></tr>'
              + "".join(_run_row(r) for r in (c.stored, c.dflash, c.plain) if r is not None) + "</table>")
-    texts = ""
-    if not identical:
-        texts = (f'<div class="cr-texts"><div><b>stored reply</b><pre>{esc(c.stored.text)}</pre></div>'
-                 f'<div><b>plain decoding</b><pre>{esc(c.plain.text)}</pre></div></div>')
+    texts = (f'<details class="cr-details"{" open" if not identical else ""}><summary>both texts, side by side</summary>'
+             f'<div class="cr-texts"><div><b>stored reply (DFlash)</b><pre>{esc(c.stored.text)}</pre></div>'
+             f'<div><b>plain decoding</b><pre>{esc(c.plain.text)}</pre></div></div></details>')
     return f'<div class="cr" data-identical="{str(identical).lower()}">{summary}{"".join(extra)}{table}{texts}</div>'

@@ -82,6 +82,13 @@ def load_steps(ctx: UIContext, message_id: int | None) -> list[TeachStep]:
     return build_steps(message["content"] or "", cycles)
 
 
+def _as_id(value) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
 def _clamp(k, n: int) -> int:
     try:
         k = int(k)
@@ -182,12 +189,14 @@ def full_view(ctx: UIContext, session_id=None, message_id=None) -> tuple:
     Defaults: the most recently updated session and its latest reply with cycles."""
     sessions = session_choices(ctx)
     ids = [v for _, v in sessions]
-    if session_id is not None and int(session_id) not in ids:
+    session_id = _as_id(session_id)
+    message_id = _as_id(message_id)
+    if session_id not in ids:
         session_id = None
     if session_id is None and sessions:
         session_id = sessions[0][1]
     replies = reply_choices(ctx, session_id)
-    if message_id is None or int(message_id) not in [v for _, v in replies]:
+    if message_id not in [v for _, v in replies]:
         message_id = default_reply(ctx, session_id)
     return (gr.Dropdown(choices=sessions, value=session_id), gr.Dropdown(choices=replies, value=message_id),
             *reply_view(ctx, message_id), *analytics_view(ctx, session_id), gr.File(value=None, visible=False),
@@ -290,12 +299,25 @@ def timeline_chart(comparison: Comparison) -> go.Figure:
 # ============================================================================ the tab
 
 
+def chat_session_state(demo):
+    """The page's remembered session (the chat's ``BrowserState``), when the layout has one:
+    opening the tab then shows the session the chat shows, without a hook in the layout."""
+    try:
+        from .layout import BROWSER_KEY
+    except ImportError:  # pragma: no cover - the layout is part of the package
+        return None
+    for block in getattr(demo, "blocks", {}).values():
+        if isinstance(block, gr.BrowserState) and getattr(block, "storage_key", None) == BROWSER_KEY:
+            return block
+    return None
+
+
 def build_teach_tab(ctx: UIContext) -> dict:
     from gradio.context import Context
 
     tab = Context.block if isinstance(Context.block, gr.Tab) else None
     demo = Context.root_block
-    c: dict = {}
+    c: dict = {"chat_session": chat_session_state(demo)}
     gr.HTML(TEACH_CSS, elem_id="teach-style", padding=False)
     gr.Markdown("### Replay a reply, block by block\nEvery **cycle** the draft fills a block of MASK slots in one "
                 "pass; the target checks the block in one pass, keeps the drafts up to the first mismatch and adds "
@@ -343,8 +365,13 @@ def wire(ctx: UIContext, c: dict, tab, demo) -> None:
             c["timer"], c["play"]]
     reply_outputs = [c["cycle"], c["step"], c["explainer"], c["compare_result"], c["compare_chart"]]
     latest = partial(full_view, ctx)
+    chat_session = c.get("chat_session")
+
+    def opened(session_id=None):  # the chat's session (else the latest), its latest reply
+        return full_view(ctx, session_id, None)
+
     if tab is not None:
-        tab.select(latest, None, full, **hidden)
+        tab.select(opened, [chat_session] if chat_session is not None else None, full, **hidden)
     elif demo is not None:  # not inside a tab: fill it when the page loads
         demo.load(latest, None, full, **hidden)
     c["refresh"].click(latest, None, full, **hidden)

@@ -123,6 +123,25 @@ def test_the_replay_follows_the_newest_reply_and_escapes_model_text(page, fake_a
     assert page.evaluate("window.hacked === undefined")
 
 
+def test_the_tab_opens_on_the_session_the_chat_shows(page, fake_app):
+    studio, engine, _ = fake_app
+    first = studio.store.list_sessions(limit=1)[0]
+    page.click("#new-session")
+    send(page, "A brand new session")
+    wait_replies(page, 1)
+    newest = studio.store.list_sessions(limit=1)[0]
+    assert newest["id"] != first["id"]
+    page.click(f"#session-list label:has-text('{first['title'][:20]}')")  # back to the older session in the chat
+    page.wait_for_function("!document.querySelector('#chat').innerText.includes('A brand new session')")
+    open_teach(page)
+    reply = studio.store.get_messages(first["id"])[-1]
+    wait_cycle(page, 1)
+    assert first["title"][:20] in page.locator("#teach-session input").input_value()
+    assert shown_verdicts(page) == expected_verdicts(studio.store.get_cycles(reply["id"])[0])
+    page.click("#teach-refresh")  # "Latest": the most recently updated session
+    page.wait_for_function("document.querySelector('#teach-session input').value.includes('A brand new')")
+
+
 # ---------------------------------------------------------------------------- a real engine
 
 

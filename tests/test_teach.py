@@ -14,7 +14,7 @@ from tests.fake_engine import FakeEngine, FakeReply, fake_studio
 from ui import analytics as an
 from ui import handlers as h
 from ui import teach
-from ui.teach_compare import Comparison, Run, collect, stored_run, why_different
+from ui.teach_compare import Comparison, Run, stored_run, why_different
 from ui.teach_render import compare_html, step_html
 from ui.teach_steps import build_steps, caption, first_text, reply_numbers, reply_prompt
 
@@ -350,6 +350,12 @@ def test_analytics_match_sql_on_the_database(ctx, engine):
     db.close()
 
 
+def test_nice_ticks():
+    assert an.nice_ticks(7.15) == [0, 2, 4, 6, 8]
+    assert an.nice_ticks(19) == [0, 5, 10, 15, 20]
+    assert an.nice_ticks(0.0) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
+
+
 def test_analytics_view_export_csv_and_png(ctx, engine, tmp_path):
     from PIL import Image
 
@@ -362,16 +368,26 @@ def test_analytics_view_export_csv_and_png(ctx, engine, tmp_path):
     assert sum(len(trace.x) for trace in over_time.data if trace.mode == "markers") == 5
     data = an.session_analytics(ctx.store, session_id)
     paths = an.export_files(data, tmp_path / "export")
-    assert [p.rsplit("-", 1)[-1] for p in paths] == ["replies.csv", "reply.png", "histogram.png", "slot.png"]
-    rows = list(csv.DictReader(io.StringIO(open(paths[0], encoding="utf-8").read())))
-    assert [r["kind"] for r in rows] == ["code", "prose", "code", "prose", "code", "code", "prose", "all"]
-    for row, reply in zip(rows, data.replies):
+    assert [p.split("session-")[-1].split("-", 1)[1] for p in paths] == [
+        "replies.csv", "summary.csv", "tau-per-reply.png", "tau-histogram.png", "acceptance-by-slot.png"]
+    replies = list(csv.DictReader(io.StringIO(open(paths[0], encoding="utf-8").read())))
+    assert [r["kind"] for r in replies] == ["code", "prose", "code", "prose", "code"]
+    slots = len(data.by_kind["all"].per_position_acceptance)
+    for row, reply in zip(replies, data.replies):
         assert int(row["message_id"]) == reply.message_id and int(row["cycles"]) == reply.figures.cycles
         assert float(row["mean_tau"]) == pytest.approx(reply.figures.mean_tau, abs=1e-4)
-    assert float(rows[-1]["mean_tau"]) == pytest.approx(data.by_kind["all"].mean_tau, abs=1e-4)
-    for path in paths[1:]:
+        rates = [row[f"accepted_at_slot_{j}"] for j in range(1, slots + 1)]
+        assert [float(r) for r in rates if r] == pytest.approx(reply.figures.per_position_acceptance, abs=1e-4)
+        histogram = {t: int(row[f"cycles_with_tau_{t}"]) for t in range(1, 9) if int(row[f"cycles_with_tau_{t}"])}
+        assert histogram == reply.figures.tau_histogram
+    summary = {r["kind"]: r for r in csv.DictReader(io.StringIO(open(paths[1], encoding="utf-8").read()))}
+    assert list(summary) == ["code", "prose", "all"] and summary["all"]["replies"] == "5"
+    for kind, row in summary.items():
+        assert int(row["cycles"]) == data.by_kind[kind].cycles
+        assert float(row["mean_tau"]) == pytest.approx(data.by_kind[kind].mean_tau, abs=1e-4)
+    for path in paths[2:]:
         with Image.open(path) as image:
             assert image.format == "PNG" and image.size == (900, 480)
             assert len(image.getcolors(1 << 16) or []) > 5  # drawn, not blank
     files = teach.export_analytics(ctx, session_id)
-    assert files.visible and len(files.value) == 4
+    assert files.visible and len(files.value) == 5

@@ -109,6 +109,10 @@ class Figures:
         return self.accepted / self.drafted if self.drafted else None
 
     @property
+    def max_block_size(self) -> int | None:
+        return len(self.position_drafted) + 1 if self.cycles else None
+
+    @property
     def per_position_acceptance(self) -> list[float]:
         return [a / d for a, d in zip(self.position_accepted, self.position_drafted) if d]
 
@@ -167,9 +171,10 @@ def session_analytics(store, session_id: int) -> SessionAnalytics:
 
 TABLE_HEADERS = ["reply", "kind", "mode", "status", "tokens", "cycles", "mean τ", "acceptance", "tok/s",
                  "max block", "created", "text"]
-CSV_HEADERS = ["message_id", "seq", "created_at", "kind", "mode", "status", "model", "new_tokens", "cycles",
-               "cycle_tokens", "mean_tau", "acceptance_rate", "tokens_per_s", "code_share", "max_block_size",
-               "per_position_acceptance", "tau_histogram"]
+REPLY_COLUMNS = ["message_id", "seq", "created_at", "kind", "mode", "status", "model", "new_tokens", "tokens_per_s",
+                 "code_share"]
+FIGURE_COLUMNS = ["cycles", "cycle_tokens", "mean_tau", "acceptance_rate", "max_block_size"]
+SUMMARY_COLUMNS = ["kind", "replies"]
 
 
 def _round(value: float | None, digits: int = 3):
@@ -183,41 +188,57 @@ def table_rows(analytics: SessionAnalytics) -> list[list]:
         rows.append([
             r.seq, r.kind, r.mode, r.status, r.new_tokens, f.cycles, _round(f.mean_tau, 2),
             None if f.acceptance_rate is None else f"{f.acceptance_rate:.0%}", _round(r.tokens_per_s, 1),
-            len(f.position_drafted) + 1 if f.cycles else None, (r.created_at or "")[:19].replace("T", " "), r.preview,
+            f.max_block_size, (r.created_at or "")[:19].replace("T", " "), r.preview,
         ])
     return rows
 
 
-def _join(values) -> str:
-    return " ".join(f"{v:.4f}" for v in values)
+def _number(value, spec: str = ".4f") -> str:
+    return "" if value is None else format(value, spec)
 
 
-def csv_text(analytics: SessionAnalytics) -> str:
-    """One row per reply, then one summary row per kind (``seq`` is ``code``/``prose``/``all``)."""
+def _figure_cells(f: Figures, slots: int, taus: int) -> list:
+    rates = f.per_position_acceptance
+    return ([f.cycles, f.tokens, _number(f.mean_tau), _number(f.acceptance_rate), f.max_block_size or ""]
+            + [_number(rates[j]) if j < len(rates) else "" for j in range(slots)]
+            + [f.tau_histogram.get(t, 0) for t in range(1, taus + 1)])
+
+
+def _shape(analytics: SessionAnalytics) -> tuple[int, int]:
+    everything = analytics.by_kind["all"]
+    return len(everything.position_drafted), max(everything.tau_histogram, default=0)
+
+
+def _figure_headers(slots: int, taus: int) -> list[str]:
+    return (FIGURE_COLUMNS + [f"accepted_at_slot_{j}" for j in range(1, slots + 1)]
+            + [f"cycles_with_tau_{t}" for t in range(1, taus + 1)])
+
+
+def _csv(rows: list[list]) -> str:
     out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(CSV_HEADERS)
-    for r in analytics.replies:
-        f = r.figures
-        writer.writerow([
-            r.message_id, r.seq, r.created_at, r.kind, r.mode, r.status, r.model,
-            "" if r.new_tokens is None else r.new_tokens, f.cycles, f.tokens,
-            "" if f.mean_tau is None else f"{f.mean_tau:.4f}",
-            "" if f.acceptance_rate is None else f"{f.acceptance_rate:.4f}",
-            "" if r.tokens_per_s is None else f"{r.tokens_per_s:.3f}", f"{r.code_share:.3f}",
-            len(f.position_drafted) + 1 if f.cycles else "", _join(f.per_position_acceptance),
-            " ".join(f"{k}:{v}" for k, v in sorted(f.tau_histogram.items())),
-        ])
-    for kind in ("code", "prose", "all"):
-        f = analytics.by_kind[kind]
-        count = sum(1 for r in analytics.replies if kind == "all" or r.kind == kind)
-        writer.writerow([
-            "", f"summary:{kind}", "", kind, "", f"{count} replies", "", "", f.cycles, f.tokens,
-            "" if f.mean_tau is None else f"{f.mean_tau:.4f}",
-            "" if f.acceptance_rate is None else f"{f.acceptance_rate:.4f}", "", "", "",
-            _join(f.per_position_acceptance), " ".join(f"{k}:{v}" for k, v in sorted(f.tau_histogram.items())),
-        ])
+    csv.writer(out, lineterminator="\n").writerows(rows)
     return out.getvalue()
+
+
+def replies_csv(analytics: SessionAnalytics) -> str:
+    """One row per reply: its fields, figures, acceptance per slot and τ histogram (one column each)."""
+    slots, taus = _shape(analytics)
+    rows = [REPLY_COLUMNS + _figure_headers(slots, taus)]
+    for r in analytics.replies:
+        rows.append([r.message_id, r.seq, r.created_at, r.kind, r.mode, r.status, r.model,
+                     "" if r.new_tokens is None else r.new_tokens, _number(r.tokens_per_s, ".3f"),
+                     f"{r.code_share:.3f}"] + _figure_cells(r.figures, slots, taus))
+    return _csv(rows)
+
+
+def summary_csv(analytics: SessionAnalytics) -> str:
+    """One row per kind (code, prose, all) with the same figures."""
+    slots, taus = _shape(analytics)
+    rows = [SUMMARY_COLUMNS + _figure_headers(slots, taus)]
+    for kind in ("code", "prose", "all"):
+        count = sum(1 for r in analytics.replies if kind == "all" or r.kind == kind)
+        rows.append([kind, count] + _figure_cells(analytics.by_kind[kind], slots, taus))
+    return _csv(rows)
 
 
 # ---------------------------------------------------------------------------- charts (plotly)
@@ -286,38 +307,69 @@ class Series:
     values: list  # one per category (None: no value)
     color: str
     style: str = "bar"  # bar | line
+    colors: list | None = None  # one colour per bar (else ``color``)
+
+
+def _font(size: int):
+    """DejaVu Sans when the system has it (it has τ), else Pillow's own font."""
+    from PIL import ImageFont
+
+    for name in ("DejaVuSans.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "LiberationSans-Regular.ttf"):
+        try:
+            return ImageFont.truetype(name, size), True
+        except OSError:
+            continue
+    return ImageFont.load_default(size=size), False
+
+
+def nice_ticks(upper: float, count: int = 5) -> list[float]:
+    """Round tick values from 0 to at least ``upper`` (steps of 1, 2, 2.5 or 5 × 10^k)."""
+    import math
+
+    upper = upper if upper > 0 else 1.0
+    raw = upper / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    ticks = [0.0]
+    while ticks[-1] < upper - 1e-9:
+        ticks.append(round(ticks[-1] + step, 10))
+    return ticks
 
 
 def png_chart(title: str, categories: list[str], series: list[Series], y_label: str = "",
-              y_max: float | None = None, percent: bool = False, size: tuple[int, int] = (900, 480)) -> bytes:
-    """A simple bar/line chart over categories as PNG bytes."""
-    from PIL import Image, ImageDraw, ImageFont
+              y_max: float | None = None, percent: bool = False, size: tuple[int, int] = (900, 480),
+              legend: list[tuple[str, str]] | None = None) -> bytes:
+    """A simple bar/line chart over categories as PNG bytes (Pillow only)."""
+    from PIL import Image, ImageDraw
 
     width, height = size
     image = Image.new("RGB", size, "white")
     draw = ImageDraw.Draw(image)
-    font = ImageFont.load_default(size=14)
-    small = ImageFont.load_default(size=12)
-    big = ImageFont.load_default(size=17)
-    left, right, top, bottom = 70, 20, 48, 90
+    (font, full), (small, _), (big, _) = _font(14), _font(12), _font(17)
+
+    def text(value: str) -> str:
+        return value if full else value.replace("τ", "tau")
+
+    left, right, top, bottom = 70, 20, 56, 90
     plot_w, plot_h = width - left - right, height - top - bottom
-    draw.text((left, 14), title, fill="#222", font=big)
+    draw.text((left, 12), text(title), fill="#222", font=big)
     values = [v for s in series for v in s.values if v is not None]
-    upper = y_max if y_max is not None else max(values + [1e-9]) * 1.1
-    upper = upper or 1.0
+    ticks = [i / 5 for i in range(6)] if percent and y_max == 1.0 else nice_ticks(
+        y_max if y_max is not None else max(values + [0.0]))
+    upper = ticks[-1] or 1.0
 
     def y_at(value: float) -> float:
         return top + plot_h - (value / upper) * plot_h
 
-    for i in range(6):  # grid and y ticks
-        value = upper * i / 5
+    integer = all(float(t).is_integer() for t in ticks)
+    for value in ticks:
         y = y_at(value)
         draw.line([(left, y), (left + plot_w, y)], fill="#e6e6e6")
-        label = f"{value:.0%}" if percent else (f"{value:.0f}" if upper >= 10 else f"{value:.2f}")
+        label = f"{value:.0%}" if percent else (f"{value:.0f}" if integer else f"{value:g}")
         draw.text((left - 8, y), label, fill="#555", font=small, anchor="rm")
     draw.line([(left, top), (left, top + plot_h), (left + plot_w, top + plot_h)], fill="#444", width=1)
     if y_label:
-        draw.text((10, top - 26), y_label, fill="#444", font=small)
+        draw.text((8, top - 10), text(y_label), fill="#444", font=small, anchor="lb")
     n = max(len(categories), 1)
     slot = plot_w / n
     bars = [s for s in series if s.style == "bar"]
@@ -325,13 +377,14 @@ def png_chart(title: str, categories: list[str], series: list[Series], y_label: 
     step = max(1, n // 30)
     for i, category in enumerate(categories):
         if i % step == 0:
-            draw.text((left + slot * (i + 0.5), top + plot_h + 6), category, fill="#444", font=small, anchor="mt")
+            draw.text((left + slot * (i + 0.5), top + plot_h + 6), text(category), fill="#444", font=small, anchor="mt")
     for b, s in enumerate(bars):
         for i, value in enumerate(s.values):
             if value is None:
                 continue
             x0 = left + slot * i + slot * 0.1 + b * bar_w
-            draw.rectangle([x0, y_at(value), x0 + bar_w - 1, top + plot_h], fill=s.color)
+            color = s.colors[i] if s.colors else s.color
+            draw.rectangle([x0, y_at(value), x0 + bar_w - 1, top + plot_h], fill=color)
     for s in series:
         if s.style != "line":
             continue
@@ -341,10 +394,10 @@ def png_chart(title: str, categories: list[str], series: list[Series], y_label: 
         for x, y in points:
             draw.ellipse([x - 4, y - 4, x + 4, y + 4], fill=s.color)
     x = left
-    for s in series:  # legend
-        draw.rectangle([x, height - 30, x + 14, height - 18], fill=s.color)
-        draw.text((x + 20, height - 24), s.name, fill="#333", font=font, anchor="lm")
-        x += 40 + int(draw.textlength(s.name, font=font))
+    for name, color in legend or [(s.name, s.color) for s in series]:
+        draw.rectangle([x, height - 30, x + 14, height - 18], fill=color)
+        draw.text((x + 20, height - 24), text(name), fill="#333", font=font, anchor="lm")
+        x += 40 + int(draw.textlength(text(name), font=font))
     out = io.BytesIO()
     image.save(out, format="PNG")
     return out.getvalue()
@@ -353,37 +406,39 @@ def png_chart(title: str, categories: list[str], series: list[Series], y_label: 
 def png_charts(analytics: SessionAnalytics) -> dict[str, bytes]:
     """The three charts as PNG bytes, by file name."""
     replies = [r for r in analytics.replies if r.figures.cycles]
+    kinds = _kinds_present(analytics)
     over_time = png_chart(
-        f"Mean τ per reply over time: {analytics.title}", [f"#{r.seq}" for r in replies],
-        [Series(f"{kind} replies", [r.figures.mean_tau if r.kind == kind else None for r in replies],
-                KIND_COLORS[kind], "bar") for kind in KINDS if any(r.kind == kind for r in replies)]
-        or [Series("replies", [], KIND_COLORS["all"])],
-        y_label="mean τ")
-    taus = sorted(analytics.by_kind["all"].tau_histogram)
-    kinds = _kinds_present(analytics) or ["all"]
+        f"Mean τ per reply, in order: {analytics.title}", [f"#{r.seq}" for r in replies],
+        [Series("mean τ", [r.figures.mean_tau for r in replies], KIND_COLORS["all"],
+                colors=[KIND_COLORS[r.kind] for r in replies])],
+        y_label="mean τ", legend=[(f"{kind} replies", KIND_COLORS[kind]) for kind in kinds])
+    taus = list(range(1, max(analytics.by_kind["all"].tau_histogram, default=0) + 1))
     histogram = png_chart(
         "τ histogram (cycles)", [str(t) for t in taus],
         [Series(kind, [analytics.by_kind[kind].tau_histogram.get(t, 0) for t in taus], KIND_COLORS[kind])
-         for kind in kinds], y_label="cycles")
-    longest = max((len(analytics.by_kind[k].per_position_acceptance) for k in ("code", "prose", "all")), default=0)
+         for kind in kinds or ["all"]], y_label="cycles")
+    longest = len(analytics.by_kind["all"].position_drafted)
     positions = png_chart(
         "Acceptance by slot in the block", [str(j) for j in range(1, longest + 1)],
         [Series(kind, analytics.by_kind[kind].per_position_acceptance
                 + [None] * (longest - len(analytics.by_kind[kind].per_position_acceptance)), KIND_COLORS[kind], "line")
-         for kind in [*_kinds_present(analytics), "all"]],
+         for kind in [*kinds, "all"]],
         y_label="P(accepted)", y_max=1.0, percent=True)
     return {"tau-per-reply.png": over_time, "tau-histogram.png": histogram, "acceptance-by-slot.png": positions}
 
 
 def export_files(analytics: SessionAnalytics, folder: Path | None = None) -> list[str]:
-    """Write the CSV and the PNG charts into a new folder; return their paths."""
+    """Write the CSVs (replies, summary by kind) and the PNG charts into a folder; return their paths."""
     folder = Path(folder or tempfile.mkdtemp(prefix="dflash-analytics-"))
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"session-{analytics.session_id}"
-    paths = [folder / f"{stem}-replies.csv"]
-    paths[0].write_text(csv_text(analytics), encoding="utf-8")
-    for name, data in png_charts(analytics).items():
+    files = {"replies.csv": replies_csv(analytics), "summary.csv": summary_csv(analytics), **png_charts(analytics)}
+    paths = []
+    for name, data in files.items():
         path = folder / f"{stem}-{name}"
-        path.write_bytes(data)
-        paths.append(path)
-    return [str(p) for p in paths]
+        if isinstance(data, str):
+            path.write_text(data, encoding="utf-8")
+        else:
+            path.write_bytes(data)
+        paths.append(str(path))
+    return paths

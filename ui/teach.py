@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 from . import analytics as an
 from .context import UIContext
 from .render import esc
-from .teach_compare import Comparison, Run, run_comparison, sampling_from_settings, stored_run
+from .teach_compare import Comparison, run_comparison, sampling_from_settings, stored_run
 from .teach_render import TEACH_CSS, compare_html, explainer_html, step_html
 from .teach_steps import TeachStep, build_steps, reply_numbers, reply_prompt
 

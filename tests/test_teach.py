@@ -216,6 +216,20 @@ def test_compare_reports_a_difference_and_explains_it_at_temperature_above_zero(
     assert engine.calls[-1]["sampling"].temperature == 0.7 and engine.calls[-1]["sampling"].top_p == 0.9
 
 
+def test_stop_ends_a_running_comparison(ctx, engine):
+    import threading
+
+    _, reply = chat(ctx, engine, "long", FakeReply(" ".join(f"w{i}" for i in range(200)), accept=(1,), fallback_at={}))
+    engine.delay_s = 0.05  # ~10 s per run unless stopped
+    updates = []
+    worker = threading.Thread(target=lambda: updates.extend(teach.compare(ctx, reply["id"])))
+    worker.start()
+    assert engine.running.wait(5)
+    teach.stop_compare(ctx, reply["id"])
+    worker.join(5)
+    assert not worker.is_alive() and "stopped" in updates[-1][0]
+
+
 def test_a_stopped_reply_is_compared_on_the_tokens_it_has(ctx, engine):
     session_id, full = chat(ctx, engine, "fib", FakeReply(accept=(2, 4), fallback_at={}))
     cycles = ctx.store.get_cycles(full["id"])[:3]

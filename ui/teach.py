@@ -8,7 +8,8 @@ from the store; the comparison runs on the engine worker (``ctx.engines.submit``
 
 Element ids: teach-session, teach-reply, teach-refresh, teach-prev, teach-play, teach-next,
 teach-speed, teach-cycle, teach-step (holding teach-caption, teach-context, teach-block,
-teach-slots, teach-heatmap, teach-text, teach-cache), teach-explain, compare, compare-result,
+teach-slots, teach-heatmap, teach-text, teach-cost, teach-cache), teach-explain, compare, compare-stop,
+compare-result,
 compare-chart, analytics-summary, analytics-tau-time, analytics-tau-hist, analytics-position,
 analytics-table, analytics-export, analytics-files.
 """
@@ -253,18 +254,25 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
         raise gr.Error(f"Cannot compare: the reply's settings are invalid ({exc})") from None
     if ctx.engines.engine is None and ctx.engines.status().state != "loading":
         raise gr.Error("No model is loaded (see the model status).")
-    yield compare_html(None, "Running plain decoding, then DFlash, on the engine worker…"), gr.skip()
+    yield compare_html(None, "Running plain decoding, then DFlash, on the engine worker… (Stop ends it)"), gr.skip()
+    session_id = message["session_id"]
+    cancel = ctx.new_cancel(session_id)  # the chat's Stop (and #compare-stop) end it within one cycle
 
     def work(engine):
         if engine is None:
             raise RuntimeError("no model is loaded")
-        return run_comparison(engine, prompt, raw, settings, rerun_dflash), getattr(engine, "name", "")
+        return run_comparison(engine, prompt, raw, settings, rerun_dflash, cancel), getattr(engine, "name", "")
 
     try:
         (plain, dflash), engine_name = ctx.engines.submit(work).result()
     except Exception as exc:  # noqa: BLE001 - shown to the user with its reason
         gr.Warning(f"Comparison failed: {exc}")
         yield compare_html(None, f"Comparison failed: {exc}"), gr.skip()
+        return
+    finally:
+        ctx.forget_cancel(session_id, cancel)
+    if cancel.is_set():
+        yield compare_html(None, "Comparison stopped before it finished: nothing to compare."), gr.skip()
         return
     note = ""
     if message.get("model") and engine_name and message["model"] != engine_name:
@@ -276,6 +284,15 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
     comparison = Comparison(stored_run(message, cycles), plain, dflash, float(settings.get("temperature") or 0.0),
                             note)
     yield compare_html(comparison), timeline_chart(comparison)
+
+
+def stop_compare(ctx: UIContext, message_id) -> None:
+    """Stop a running comparison (it listens to its session's cancel, like a chat reply)."""
+    try:
+        session_id = ctx.store.get_message(int(message_id))["session_id"]
+    except (*STORE_ERRORS, TypeError):
+        return
+    ctx.cancel(session_id)
 
 
 def timeline_chart(comparison: Comparison) -> go.Figure:
@@ -338,7 +355,9 @@ def build_teach_tab(ctx: UIContext) -> dict:
                                elem_id="teach-speed", scale=1, min_width=160)
     c["step"] = gr.HTML(step_html(None), elem_id="teach-step")
     with gr.Accordion("Compare with plain decoding (identical output, how much faster?)", open=True):
-        c["compare"] = gr.Button("Compare with plain decoding", elem_id="compare", variant="secondary")
+        with gr.Row():
+            c["compare"] = gr.Button("Compare with plain decoding", elem_id="compare", variant="secondary", scale=4)
+            c["compare_stop"] = gr.Button("Stop", elem_id="compare-stop", variant="stop", scale=1, min_width=70)
         c["compare_result"] = gr.HTML(compare_html(None), elem_id="compare-result")
         c["compare_chart"] = gr.Plot(elem_id="compare-chart", show_label=False)
     with gr.Accordion("Session analytics", open=True):
@@ -389,4 +408,5 @@ def wire(ctx: UIContext, c: dict, tab, demo) -> None:
     c["speed"].input(set_speed, [c["speed"], c["playing"]], c["timer"], **hidden)
     c["compare"].click(partial(compare, ctx), [c["reply"]], [c["compare_result"], c["compare_chart"]],
                        api_name="compare", **ENGINE_QUEUE)
+    c["compare_stop"].click(partial(stop_compare, ctx), [c["reply"]], None, queue=False, api_name="stop_compare")
     c["export"].click(partial(export_analytics, ctx), [c["session"]], c["files"], api_name="export_analytics")

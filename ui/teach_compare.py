@@ -135,7 +135,7 @@ def run_comparison(engine, prompt, raw: bool, settings: dict, rerun_dflash: bool
         ids, replace(sampling, block_size=1), FallbackConfig(enabled=False), cancel,
         slot_details=False, speculative=False))
     dflash = None
-    if rerun_dflash and getattr(engine, "speculative", True):
+    if rerun_dflash and getattr(engine, "speculative", True) and not (cancel is not None and cancel.is_set()):
         dflash = collect("DFlash (re-run now)", engine.generate(ids, sampling, fallback, cancel, slot_details=False))
     return plain, dflash
 

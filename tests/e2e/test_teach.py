@@ -18,6 +18,29 @@ pytestmark = pytest.mark.e2e
 SLOTS = "#teach-slots .ts-slot"
 
 
+@pytest.fixture(scope="module")
+def teach_page(browser, fake_app):
+    """One loaded page for this module (loading Gradio's frontend costs seconds on a busy CPU)."""
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    page.goto(fake_app[2])
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def page(teach_page):
+    """The module's page, back on the Chat tab with an empty chat (the tests leave it on Teach)."""
+    page = teach_page
+    page.click("#chat-tab-button")
+    page.wait_for_selector("#chat-input textarea:not([disabled])")  # the page has restored its session
+    if page.locator("#chat .message").count():
+        page.click("#new-session")
+        page.wait_for_function("!document.querySelector('#chat .message')")
+    return page
+
+
 def send(page, text: str) -> None:
     page.fill("#chat-input textarea", text)
     page.press("#chat-input textarea", "Enter")
@@ -172,6 +195,7 @@ def real_app(tmp_path_factory):
     studio.close()
 
 
+@pytest.mark.slow
 def test_on_a_real_engine_the_replay_matches_the_stored_cycles_and_greedy_is_identical(browser, real_app):
     studio, url, label = real_app
     context = browser.new_context(viewport=VIEWPORT)

@@ -115,7 +115,7 @@ def layout(ctx: UIContext) -> SimpleNamespace:
                 c.temperature = gr.Slider(0.0, 2.0, value=defaults["temperature"], step=0.05, label="Temperature",
                                           elem_id="temperature")
                 c.top_p = gr.Slider(0.05, 1.0, value=defaults["top_p"], step=0.05, label="Top-p", elem_id="top-p")
-                c.max_new_tokens = gr.Slider(1, 2048, value=defaults["max_new_tokens"], step=1,
+                c.max_new_tokens = gr.Slider(1, max(2048, defaults["max_new_tokens"]), value=defaults["max_new_tokens"], step=1,
                                              label="Max new tokens", elem_id="max-new-tokens")
                 with gr.Row():
                     c.fallback = gr.Checkbox(value=defaults["fallback"], label="Dynamic fallback",

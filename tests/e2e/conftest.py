@@ -55,15 +55,27 @@ def fake_app(tmp_path_factory):
     studio.close()
 
 
-@pytest.fixture
-def page(browser, fake_app):
+@pytest.fixture(scope="module")
+def shared_page(browser, fake_app):
+    """One loaded page per module (loading Gradio's frontend costs seconds on a busy CPU)."""
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     page.set_default_timeout(20_000)
     page.goto(fake_app[2])
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def page(shared_page):
+    """The module's page, back on an empty Chat tab with rejected drafts shown."""
+    page = shared_page
+    page.click("#chat-tab-button")
     page.wait_for_selector("#chat-input textarea:not([disabled])")  # the page has restored its session
+    if not page.locator("#show-rejected input").is_checked():
+        page.click("#show-rejected input")
     if page.locator("#chat .message").count():  # each test starts on an empty chat
         page.click("#new-session")
         page.wait_for_function("!document.querySelector('#chat .message')")
+    page.fill("#chat-input textarea", "")
     yield page
-    context.close()

@@ -32,14 +32,15 @@ def token_count(page) -> int:
 
 def test_a_prompt_streams_coloured_tokens_and_the_acceptance_chart_draws(page, fake_app):
     studio, engine, _ = fake_app
-    engine.enqueue(FakeReply(delay_s=0.08))  # ~3 s: slow enough to watch it grow
+    engine.enqueue(FakeReply(delay_s=0.15))  # ~5 s: slow enough to watch it grow on a busy machine
     page.evaluate("""() => { window.__counts = new Set();
         window.__sampler = setInterval(() => window.__counts.add(
             document.querySelectorAll('#token-view .tok').length), 40); }""")
     send(page, "Write a Fibonacci function")
     wait_replies(page, 1)
     seen = page.evaluate("() => { clearInterval(window.__sampler); return Array.from(window.__counts); }")
-    assert len([n for n in seen if n > 0]) >= 3, f"the token view should grow as the reply streams (saw {seen})"
+    partial = [n for n in seen if 0 < n < max(seen)]
+    assert partial, f"the token view should grow as the reply streams, not appear at the end (saw {seen})"
     for origin in ("accepted", "bonus", "rejected"):
         assert page.locator(f"{TOKENS}[data-origin='{origin}']").count() > 0
     first = page.locator(f"{TOKENS}[data-origin='accepted']").first
@@ -109,6 +110,23 @@ def test_sessions_switch_and_survive_a_reload(page, fake_app):
     assert page.locator(f"{TOKENS}").count() > 0  # the shown session's last reply, from the database
 
 
+def test_delete_asks_for_confirmation_then_removes_the_session(page, fake_app):
+    studio, engine, _ = fake_app
+    engine.enqueue("Doomed answer.")
+    send(page, "a session to delete")
+    wait_replies(page, 1)
+    session_id = studio.store.list_sessions()[0]["id"]
+    page.click("#delete-session")
+    page.wait_for_selector("#confirm-delete", state="visible")
+    page.click("#cancel-delete")
+    page.wait_for_selector("#confirm-delete", state="hidden")
+    assert studio.store.get_session(session_id)
+    page.click("#delete-session")
+    page.click("#confirm-delete")
+    page.wait_for_function("!document.querySelector('#session-list').innerText.includes('a session to delete')")
+    assert session_id not in [s["id"] for s in studio.store.list_sessions()]
+
+
 def test_text_typed_into_the_chat_never_runs_as_script(page, fake_app):
     attack = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
     send(page, attack)
@@ -133,10 +151,12 @@ def test_shift_enter_adds_a_line_and_enter_sends(page, fake_app):
 
 def test_the_embedded_tiny_coder_streams_coloured_tokens(browser, tmp_path):
     """The real engine on the embedded pair (skipped until assets/models/tiny-coder is trained)."""
-    from engine.loading import embedded_pair
+    import os
+    from pathlib import Path
 
-    target, draft = embedded_pair()
-    if not (target / "config.json").is_file() or not (draft / "config.json").is_file():
+    assets = Path(os.environ.get("DFLASH_STUDIO_ASSETS") or Path(__file__).resolve().parents[2] / "assets")
+    target, draft = assets / "models" / "tiny-coder" / "target", assets / "models" / "tiny-coder" / "draft"
+    if not (target / "config.json").is_file() or not (draft / "config.json").is_file():  # (checked before torch loads)
         pytest.skip(f"the embedded tiny coder is not there yet ({target.parent})")
     from app.config import AppConfig
     from app.wiring import build_studio

@@ -37,7 +37,7 @@ TEACH_CSS = """
 #teach .tb-cell[data-role="anchor"] { border-style: solid; border-color: #2f6fd6; background: rgba(47,111,214,.12); }
 #teach .tb-cell[data-role="mask"] { color: #777; background: repeating-linear-gradient(45deg, #f0f0f0, #f0f0f0 4px, #e4e4e4 4px, #e4e4e4 8px); }
 #teach .ts-slot { display: flex; flex-direction: column; align-items: center; min-width: 54px; padding: 4px 6px;
-  border-radius: 6px; border: 1px solid #ccc; font-size: 12px; background: white; }
+  border-radius: 6px; border: 1px solid #ccc; font-size: 12px; background: var(--background-fill-primary, white); }
 #teach .ts-slot .ts-n { font-size: 10px; opacity: .6; }
 #teach .ts-slot .ts-tok { font-size: 13px; white-space: pre; }
 #teach .ts-slot .ts-mark { font-weight: 700; }

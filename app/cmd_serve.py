@@ -100,15 +100,19 @@ def open_window(url: str) -> None:
         profile = tempfile.mkdtemp(prefix="dflash-studio-window-")
         command = [browser, f"--app={url}", f"--user-data-dir={profile}", "--no-first-run",
                    "--window-size=1440,920"]
-        if os.geteuid() == 0 if hasattr(os, "geteuid") else False:
-            command.append("--no-sandbox")
-        subprocess.run(command, check=False)
-        return
-    import webbrowser
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            command.append("--no-sandbox")  # Chromium refuses to run as root otherwise
+        result = subprocess.run(command, check=False)
+        if not result or result.returncode == 0:
+            return
+        print(f"dflash-studio: {Path(browser).name} could not open a window (exit {result.returncode}); "
+              f"the app is still served at {url}. Ctrl-C to quit.", file=sys.stderr)
+    else:
+        import webbrowser
 
-    print(f"dflash-studio: no pywebview or Chromium found; opening {url} in the default browser "
-          "(pip install 'dflash-studio[desktop]' for a native window). Ctrl-C to quit.", file=sys.stderr)
-    webbrowser.open(url)
+        print(f"dflash-studio: no pywebview or Chromium found; opening {url} in the default browser "
+              "(pip install 'dflash-studio[desktop]' for a native window). Ctrl-C to quit.", file=sys.stderr)
+        webbrowser.open(url)
     try:
         while True:
             time.sleep(3600)

@@ -4,6 +4,7 @@ host's background loading, and sessions surviving a restart of the app."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -99,6 +100,6 @@ def test_desktop_opens_chromium_in_app_mode_when_there_is_no_webview(monkeypatch
     calls = []
     monkeypatch.setitem(__import__("sys").modules, "webview", None)  # import webview -> ImportError
     monkeypatch.setattr(serve.shutil, "which", lambda name: "/usr/bin/chromium" if name == "chromium" else None)
-    monkeypatch.setattr(serve.subprocess, "run", lambda command, check: calls.append(command))
+    monkeypatch.setattr(serve.subprocess, "run", lambda command, check: calls.append(command) or SimpleNamespace(returncode=0))
     serve.open_window("http://127.0.0.1:7860/")
     assert calls and calls[0][0] == "/usr/bin/chromium" and "--app=http://127.0.0.1:7860/" in calls[0]

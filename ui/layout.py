@@ -21,7 +21,7 @@ from .context import UIContext
 from .render import render_token_view, stats_html, syntax_css
 from .teach import build_teach_tab
 
-STATIC = Path(__file__).resolve().parent / "static"
+HERE = Path(__file__).resolve().parent
 BROWSER_KEY = "dflash-studio-session"
 EXAMPLE_CODE = 'def is_prime(n):\n    """Return True if n is a prime number."""\n'
 # Esc stops the reply being generated (as in text-generation-webui).
@@ -43,7 +43,7 @@ SHOW_REJECTED_JS = """
 
 def launch_options() -> dict:
     """What goes to ``demo.launch`` (Gradio 6 moved theme/css/js there)."""
-    css = (STATIC / "studio.css").read_text(encoding="utf-8") + "\n" + syntax_css()
+    css = (HERE / "studio.css").read_text(encoding="utf-8") + "\n" + syntax_css()
     return {"css": css, "js": KEYBOARD_JS, "theme": gr.themes.Soft(primary_hue="blue", neutral_hue="slate")}
 
 

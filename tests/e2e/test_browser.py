@@ -127,6 +127,24 @@ def test_delete_asks_for_confirmation_then_removes_the_session(page, fake_app):
     assert session_id not in [s["id"] for s in studio.store.list_sessions()]
 
 
+def test_a_second_user_waits_in_the_queue_and_sees_their_position(page, browser, fake_app):
+    studio, engine, url = fake_app
+    engine.enqueue(FakeReply(" ".join(f"w{i}" for i in range(60)), accept=(1,), delay_s=0.1, fallback_at={}),
+                   "Your turn now.")
+    other = browser.new_context(viewport=VIEWPORT).new_page()
+    other.goto(url)
+    other.wait_for_selector("#chat-input textarea:not([disabled])")
+    other.click("#new-session")
+    send(page, "I was first")
+    page.wait_for_function(f"document.querySelectorAll('{TOKENS}').length > 4")
+    send(other, "I am second")
+    other.wait_for_function("/queue: \\d+\\/\\d+/.test(document.body.innerText)")  # Gradio's queue position
+    wait_replies(other, 1, timeout_ms=30_000)
+    assert "Your turn now." in other.locator("#chat").inner_text()
+    assert engine.max_concurrent == 1
+    other.context.close()
+
+
 def test_text_typed_into_the_chat_never_runs_as_script(page, fake_app):
     attack = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
     send(page, attack)

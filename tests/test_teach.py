@@ -370,6 +370,42 @@ def test_nice_ticks():
     assert an.nice_ticks(0.0) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
 
 
+MIXED_REPLY = "Here is the helper you asked for, with a test.\n```python\ndef double(x):\n    return 2 * x\n```\nCall it with any number and it returns twice that number.\n"
+
+
+def test_cycles_are_split_by_whether_they_landed_in_code_or_prose(ctx, engine):
+    """Inside one reply: each cycle's tokens are in a code fence or not; checked against the
+    pieces read straight from the database with a fence scanner of the test's own."""
+    import json
+
+    session_id, _ = chat(ctx, engine, "mixed", FakeReply(MIXED_REPLY, accept=(2, 5, 0, 3), fallback_at={}))
+    chat(ctx, engine, "more", FakeReply(PROSE_REPLY + MIXED_REPLY, accept=(6, 1), fallback_at={}), session_id)
+    data = an.session_analytics(ctx.store, session_id)
+    db = sqlite3.connect(ctx.store.path)
+    expected = {"code": [], "prose": []}
+    for message_id, content in db.execute(
+            "SELECT id, content FROM messages WHERE session_id = ? AND role = 'assistant' ORDER BY seq", [session_id]):
+        rows = db.execute("SELECT emitted_pieces, tau FROM cycles WHERE message_id = ? ORDER BY idx", [message_id]).fetchall()
+        pieces = ["".join(json.loads(p)) for p, _ in rows]
+        inside, flags = False, []
+        for line in content.splitlines(keepends=True):
+            fence = line.lstrip().startswith("```")
+            flags += [inside or fence] * len(line)
+            inside = inside != fence
+        pos = len(content) - len("".join(pieces))
+        for piece, (_, tau) in zip(pieces, rows):
+            span = flags[pos:pos + len(piece)]
+            expected["code" if 2 * sum(span) >= len(span) else "prose"].append(tau)
+            pos += len(piece)
+    assert expected["code"] and expected["prose"]
+    for region, taus in expected.items():
+        figures = data.by_region[region]
+        assert figures.cycles == len(taus) and figures.mean_tau == pytest.approx(sum(taus) / len(taus))
+    html = teach.analytics_summary_html(data)
+    assert 'data-region="code"' in html and f"{data.by_region['code'].mean_tau:.2f}" in html
+    db.close()
+
+
 def test_analytics_view_export_csv_and_png(ctx, engine, tmp_path):
     from PIL import Image
 
@@ -395,10 +431,12 @@ def test_analytics_view_export_csv_and_png(ctx, engine, tmp_path):
         histogram = {t: int(row[f"cycles_with_tau_{t}"]) for t in range(1, 9) if int(row[f"cycles_with_tau_{t}"])}
         assert histogram == reply.figures.tau_histogram
     summary = {r["kind"]: r for r in csv.DictReader(io.StringIO(open(paths[1], encoding="utf-8").read()))}
-    assert list(summary) == ["code", "prose", "all"] and summary["all"]["replies"] == "5"
+    assert list(summary) == ["code", "prose", "all", "cycles in code", "cycles in prose"]
+    assert summary["all"]["replies"] == "5"
     for kind, row in summary.items():
-        assert int(row["cycles"]) == data.by_kind[kind].cycles
-        assert float(row["mean_tau"]) == pytest.approx(data.by_kind[kind].mean_tau, abs=1e-4)
+        figures = data.by_kind.get(kind) or data.by_region[kind.split()[-1]]
+        assert int(row["cycles"]) == figures.cycles
+        assert float(row["mean_tau"]) == pytest.approx(figures.mean_tau, abs=1e-4)
     for path in paths[2:]:
         with Image.open(path) as image:
             assert image.format == "PNG" and image.size == (900, 480)

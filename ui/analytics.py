@@ -20,6 +20,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from .render import FENCE
+from .teach_steps import first_text
 
 KINDS = ("code", "prose")
 KIND_COLORS = {"code": "#2e9e5b", "prose": "#d08a2e", "all": "#2f6fd6"}
@@ -63,6 +64,39 @@ def code_share(text: str) -> float:
         if line.strip() and CODE_LINE.search(line) and not (PROSE_END.search(line) and len(line.split()) > 6):
             loose += len("".join(line.split()))
     return min(1.0, (fenced + loose) / total)
+
+
+def code_mask(text: str, mode: str = "chat") -> list[bool]:
+    """Per character: inside a fenced code block (the fence lines included)? All of a
+    Complete-mode reply is code."""
+    if mode == "complete":
+        return [True] * len(text)
+    mask = [False] * len(text)
+    fences = list(FENCE.finditer(text))
+    i = 0
+    while i < len(fences):
+        opening = fences[i]
+        closing = next((f for f in fences[i + 1:] if f.group(2) == opening.group(2)), None)
+        end = closing.end() if closing else len(text)
+        for k in range(opening.start(), end):
+            mask[k] = True
+        i = fences.index(closing) + 1 if closing else len(fences)
+    return mask
+
+
+def cycle_regions(content: str, cycles: list[dict], mode: str = "chat") -> list[str]:
+    """Where each cycle's tokens landed: "code" (mostly inside code fences) or "prose"."""
+    mask = code_mask(content, mode)
+    pos = len(first_text(content, cycles))
+    regions, last = [], "prose"
+    for cycle in cycles:
+        length = len("".join(cycle.get("emitted_pieces") or ()))
+        span = mask[pos:pos + length]
+        if span:
+            last = "code" if 2 * sum(span) >= len(span) else "prose"
+        regions.append(last)  # an empty piece (half a character) stays where the text was
+        pos += length
+    return regions
 
 
 def reply_kind(text: str, mode: str = "chat") -> str:
@@ -138,15 +172,14 @@ class SessionAnalytics:
     session_id: int
     title: str
     replies: list[ReplyFigures]
-    by_kind: dict[str, Figures]  # "code", "prose", "all"
+    by_kind: dict[str, Figures]  # "code", "prose", "all": by kind of reply
+    by_region: dict[str, Figures] = field(default_factory=dict)  # "code", "prose": by where each cycle landed
 
 
 def session_analytics(store, session_id: int) -> SessionAnalytics:
     session = store.get_session(session_id)
-    cycles: dict[int, list[dict]] = {}
-    for row in store.session_cycle_series(session_id):
-        cycles.setdefault(row["message_id"], []).append(row)
     by_kind = {"code": Figures(), "prose": Figures(), "all": Figures()}
+    by_region = {"code": Figures(), "prose": Figures()}
     replies = []
     for message in store.get_messages(session_id):
         if message["role"] != "assistant":
@@ -155,8 +188,9 @@ def session_analytics(store, session_id: int) -> SessionAnalytics:
         share = 1.0 if message["kind"] == "complete" else code_share(text)
         kind = reply_kind(text, message["kind"])
         figures = Figures()
-        for row in cycles.get(message["id"], []):
-            for target in (figures, by_kind[kind], by_kind["all"]):
+        cycles = store.get_cycles(message["id"])
+        for row, region in zip(cycles, cycle_regions(text, cycles, message["kind"])):
+            for target in (figures, by_kind[kind], by_kind["all"], by_region[region]):
                 target.add(int(row["block_size"]), int(row["accepted"]), int(row["tau"]))
         replies.append(ReplyFigures(
             message_id=message["id"], seq=message["seq"], created_at=message["created_at"], mode=message["kind"],
@@ -164,7 +198,7 @@ def session_analytics(store, session_id: int) -> SessionAnalytics:
             tokens_per_s=message["tokens_per_s"], code_share=share,
             preview=" ".join(text.split())[:60], figures=figures,
         ))
-    return SessionAnalytics(session_id, session["title"], replies, by_kind)
+    return SessionAnalytics(session_id, session["title"], replies, by_kind, by_region)
 
 
 # ---------------------------------------------------------------------------- table and CSV
@@ -232,12 +266,15 @@ def replies_csv(analytics: SessionAnalytics) -> str:
 
 
 def summary_csv(analytics: SessionAnalytics) -> str:
-    """One row per kind (code, prose, all) with the same figures."""
+    """One row per kind of reply (code, prose, all), then the cycles by where they landed (inside
+    code fences or not, whatever the reply's kind), with the same figures."""
     slots, taus = _shape(analytics)
     rows = [SUMMARY_COLUMNS + _figure_headers(slots, taus)]
     for kind in ("code", "prose", "all"):
         count = sum(1 for r in analytics.replies if kind == "all" or r.kind == kind)
         rows.append([kind, count] + _figure_cells(analytics.by_kind[kind], slots, taus))
+    for region, figures in analytics.by_region.items():
+        rows.append([f"cycles in {region}", ""] + _figure_cells(figures, slots, taus))
     return _csv(rows)
 
 

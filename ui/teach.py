@@ -179,8 +179,16 @@ def analytics_summary_html(data: an.SessionAnalytics) -> str:
         rate = "–" if f.acceptance_rate is None else f"{f.acceptance_rate:.0%}"
         cells.append(f'<div class="ex-col" data-kind="{kind}"><b>{kind}</b>: {replies} replies · {f.cycles} cycles · '
                      f'<span class="ex-num" data-stat="mean-tau">{mean}</span> mean τ · {rate} of drafts accepted</div>')
+    regions = []
+    for region, words in (("code", "inside code fences"), ("prose", "outside code")):
+        f = data.by_region.get(region)
+        if f and f.cycles:
+            regions.append(f'<span data-region="{region}">{words}: <b>{f.mean_tau:.2f}</b> mean τ over {f.cycles} '
+                           f'cycles ({f.acceptance_rate or 0:.0%} of drafts accepted)</span>')
+    by_region = (f'<p id="analytics-regions" style="font-size:13px">Cycle by cycle, wherever the reply: '
+                 f'{" · ".join(regions)}</p>' if regions else "")
     return (f'<div id="analytics-kinds" class="ex-grid" style="display:grid;grid-template-columns:repeat(3,1fr);gap:8px">'
-            f'{"".join(cells)}</div><p style="font-size:12px;opacity:.7">Session “{esc(data.title)}”. Kind is '
+            f'{"".join(cells)}</div>{by_region}<p style="font-size:12px;opacity:.7">Session “{esc(data.title)}”. Kind is '
             'detected from each reply: code when at least half of its text is in code fences or looks like code '
             '(Complete-mode replies are code).</p>')
 

@@ -115,11 +115,12 @@ def test_a_stored_reply_replays_cycle_by_cycle_and_compares_identical(page, fake
     assert engine.calls[-2]["sampling"].block_size == 1  # the plain run
     # Play moves on by itself
     page.click("#teach-play")
-    page.wait_for_function("Number(document.querySelector('#teach-slots').dataset.cycle) >= 3", timeout=10_000)
+    page.wait_for_function("Number(document.querySelector('#teach-slots').dataset.cycle) >= 3", timeout=20_000)
     page.click("#teach-play")  # pause: the button says Play again and the cycle stays put
     page.wait_for_function("document.querySelector('#teach-play').innerText.includes('Play')")
+    page.wait_for_timeout(1000)  # a tick already on its way may still land
     paused_at = page.get_attribute("#teach-slots", "data-cycle")
-    page.wait_for_timeout(1500)
+    page.wait_for_timeout(2000)
     assert page.get_attribute("#teach-slots", "data-cycle") == paused_at
     # session analytics: one reply in the table, charts drawn, export gives CSV + PNGs
     page.wait_for_selector("#analytics-tau-hist .js-plotly-plot")

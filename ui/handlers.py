@@ -21,7 +21,7 @@ from engine.errors import DFlashError
 
 from . import charts
 from .context import UIContext
-from .generation import GenerationRequest, ReplyUpdate, stream_reply
+from .generation import GenerationRequest, stream_reply
 from .render import assistant_markdown, esc, render_token_view, stats_html, user_markdown
 from .trace import ReplyTrace
 
@@ -186,8 +186,7 @@ def select_session(ctx: UIContext, session_id, query: str = "") -> tuple:
 
 def new_session(ctx: UIContext) -> tuple:
     """An empty page; the session is created with the first message (titled after it)."""
-    view = session_view(ctx, None)
-    return view
+    return session_view(ctx, None)
 
 
 def search(ctx: UIContext, query: str, session_id: int | None):

@@ -7,9 +7,9 @@ import sys
 
 from .options import add_fallback_options, add_model_options, add_sampling_options, engine_config, fallback_config, sampling_config
 
-# ANSI styles per origin: accepted draft tokens green, the target's own tokens yellow,
+# ANSI styles per origin (as in the app): accepted draft tokens green, the target's own tokens blue,
 # rejected drafts red, struck through and dim.
-STYLES = {"accepted": "\x1b[32m", "bonus": "\x1b[33m", "rejected": "\x1b[2;9;31m"}
+STYLES = {"accepted": "\x1b[32m", "bonus": "\x1b[34m", "rejected": "\x1b[2;9;31m"}
 RESET = "\x1b[0m"
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import html
 import json
 import re
+import secrets
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
@@ -338,6 +340,9 @@ def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top
     settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
     sampling, fallback = check_settings(ctx, settings)
     settings["model"] = ctx.engines.current_key
+    if sampling.temperature > 0:  # a stored seed makes a sampled reply reproducible (teach mode's compare)
+        settings["seed"] = secrets.randbelow(2**31)
+        sampling = replace(sampling, seed=settings["seed"])
     try:
         messages = ctx.store.get_messages(session_id)
     except STORE_ERRORS as exc:

@@ -21,6 +21,9 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit", type=int, help="only the first N prompts")
     add_fallback_options(parser)
+    parser.add_argument("--costs", action="store_true",
+                        help="only measure the cost of one verify over B tokens and one draft pass (B = 1, 2, 4, 8, 16)")
+    parser.add_argument("--context", type=int, default=128, help="context length for --costs (default 128)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.set_defaults(func=run)
 
@@ -31,6 +34,8 @@ def run(args) -> int:
     from engine.loading import assets_dir
     from engine.runtime import Engine
 
+    if args.costs:
+        return run_costs(args)
     path = args.prompts or assets_dir() / "prompts" / "code.jsonl"
     prompts = read_prompts(path)[: args.limit or None]
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, block_size=args.block_size,
@@ -58,4 +63,20 @@ def run(args) -> int:
     print(f"speedup {summary['speedup']:.2f}x, mean τ {df['mean_acceptance_length']:.2f}, "
           f"identical greedy outputs {summary['identical']}/{summary['prompts']}, loops {summary['loops']}")
     print("per-position acceptance: " + " ".join(f"{p:.2f}" for p in df["per_position_acceptance"]))
+    return 0
+
+
+def run_costs(args) -> int:
+    from engine.bench import forward_costs
+    from engine.runtime import Engine
+
+    engine = Engine.load(engine_config(args))
+    costs = forward_costs(engine, context=args.context)
+    if args.json:
+        print(json.dumps(costs))
+        return 0
+    print(f"{engine.name} on {engine.models.device.type} ({engine.models.dtype}), context {costs['context']} tokens")
+    print(" B   verify ms   draft ms   cycle / plain step")
+    for size, verify in costs["verify_ms"].items():
+        print(f"{size:2d}  {verify:10.2f} {costs['draft_ms'].get(size, 0.0):10.2f}   {costs['cycle_in_plain_steps'][size]:8.2f}")
     return 0

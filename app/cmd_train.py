@@ -67,6 +67,7 @@ def run_draft(args) -> int:
         new_tokens=args.new_tokens, gen_batch=args.gen_batch, chat_fraction=args.chat_fraction,
         gen_fraction=args.gen_fraction, checkpoint_minutes=args.checkpoint_minutes,
         eval_sequences=args.eval_sequences, dtype=args.dtype, device=args.device,
+        cache_features_gb=args.cache_features_gb, min_prompt_tokens=args.min_prompt_tokens,
     )
     train_draft(args.out, args.target, work=args.work, corpus=args.corpus,
                 prompts_file=args.prompts, cfg=cfg, budget=_budget(args), seed=args.seed,
@@ -125,11 +126,14 @@ def register(subparsers) -> None:
     p.add_argument("--num-sequences", type=int, default=2048, help="regenerated sequences (at most)")
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=160)
-    p.add_argument("--gen-batch", type=int, default=32)
+    p.add_argument("--gen-batch", type=int, default=64)
     p.add_argument("--chat-fraction", type=float, default=0.5)
     p.add_argument("--gen-fraction", type=float, default=0.35,
                    help="share of the time budget for regenerating data")
     p.add_argument("--eval-sequences", type=int, default=32)
+    p.add_argument("--min-prompt-tokens", type=int, default=16)
+    p.add_argument("--cache-features-gb", type=float, default=4.0,
+                   help="keep the frozen target's features in RAM when they fit (0: always online)")
     p.add_argument("--dtype", default=None, help="target dtype (float32, bfloat16); default auto")
     p.add_argument("--device", default=None)
     p.set_defaults(func=run_draft)

@@ -13,6 +13,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--draft", metavar="DIR|REPO", help="DFlash draft (z-lab format; REPO/SUBFOLDER allowed)")
     group.add_argument("--device", help="cpu, cuda, cuda:1 … (default: cuda if available)")
     group.add_argument("--dtype", help="float32, bfloat16, float16 (default: bfloat16 on cuda, float32 on cpu)")
+    group.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 for small models on CPU)")
 
 
 def add_sampling_options(parser: argparse.ArgumentParser, max_new_tokens: int = 256) -> None:
@@ -33,7 +34,8 @@ def add_fallback_options(parser: argparse.ArgumentParser, default: bool = False)
 
 
 def engine_config(args) -> EngineConfig:
-    return EngineConfig(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
+    return EngineConfig(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
+                        threads=getattr(args, "threads", None))
 
 
 def sampling_config(args) -> SamplingConfig:

@@ -73,7 +73,7 @@ def engine_loader(base: EngineConfig) -> Loader:
         from engine.runtime import Engine
 
         config = EngineConfig(target=choice.target, draft=choice.draft, device=base.device, dtype=base.dtype,
-                              speculative=base.speculative)
+                              speculative=base.speculative, threads=base.threads)
         return Engine.load(config, progress=progress)
 
     return load

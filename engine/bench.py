@@ -159,3 +159,61 @@ def summarize(result: BenchResult, sampling: SamplingConfig, block: int, engine:
         "speedup": round(df["tokens_per_s"] / ar["tokens_per_s"], 3) if ar["tokens_per_s"] else 0.0,
         "ar": ar, "hf_generate": hf, "block1": b1, "dflash": dflash, "per_prompt": result.rows,
     }
+
+
+def forward_costs(engine: Engine, context: int = 128, sizes=(1, 2, 4, 8, 16), repeats: int = 20) -> dict:
+    """Milliseconds of one target verify over B tokens and one draft pass for a block of B, at a
+    context of ``context`` tokens (median of ``repeats``), and a cycle's cost in plain steps."""
+    import statistics
+
+    import torch
+
+    from .decode import clock, crop_cache, new_target_cache
+    from .features import FeatureCapture
+
+    models = engine.models
+    target, draft, device = models.target, models.draft, models.device
+    vocab = models.tokenizer.vocab_size if hasattr(models.tokenizer, "vocab_size") else 1000
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, min(vocab, target.get_input_embeddings().weight.shape[0]), (1, context), generator=gen).to(device)
+    result = {"context": context, "verify_ms": {}, "draft_ms": {}, "cycle_in_plain_steps": {}}
+    capture = FeatureCapture(target, draft.target_layer_ids).attach() if draft is not None else None
+    try:
+        with torch.inference_mode():
+            cache = new_target_cache(target)
+            target(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            context_feats = capture.take() if capture else None
+            for size in sizes:
+                block = prompt[:, :size]
+                times = []
+                for _ in range(repeats + 2):
+                    t0 = clock(device)
+                    target(input_ids=block, position_ids=torch.arange(context, context + size, device=device)[None],
+                           past_key_values=cache, use_cache=True)
+                    times.append(clock(device) - t0)
+                    crop_cache(cache, context)
+                    if capture:
+                        capture.take()
+                result["verify_ms"][size] = round(statistics.median(times[2:]) * 1000, 3)
+            if draft is not None:
+                for size in [s for s in sizes if s > 1]:
+                    times = []
+                    for _ in range(repeats + 2):
+                        draft_cache = draft.new_cache()
+                        draft(draft.embed(target.get_input_embeddings(), prompt[:, :size]), context_feats[:, : context - size],
+                              torch.arange(0, context, device=device)[None], cache=draft_cache)  # fill the context cache
+                        ids = torch.full((1, size), draft.mask_token_id, device=device)
+                        t0 = clock(device)
+                        hidden = draft(draft.embed(target.get_input_embeddings(), ids), context_feats[:, -size:],
+                                       torch.arange(context - size, context + size, device=device)[None], cache=draft_cache)
+                        draft.compute_logits(hidden[0, 1:], target.get_output_embeddings()).argmax(-1).tolist()
+                        times.append(clock(device) - t0)
+                    result["draft_ms"][size] = round(statistics.median(times[2:]) * 1000, 3)
+    finally:
+        if capture:
+            capture.detach()
+    step = result["verify_ms"][min(sizes)]
+    for size in sizes:
+        cost = result["verify_ms"][size] + result["draft_ms"].get(size, 0.0)
+        result["cycle_in_plain_steps"][size] = round(cost / step, 3) if step else 0.0
+    return result

@@ -16,6 +16,7 @@ class EngineConfig:
     device: str | None = None  # None: cuda if available, else cpu
     dtype: str | None = None  # None: bfloat16 on cuda, float32 on cpu
     speculative: bool = True  # False: load no draft at all
+    threads: int | None = None  # CPU threads for torch; None: 1 for small models on CPU (see loading.pick_threads)
 
 
 @dataclass(frozen=True)

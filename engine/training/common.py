@@ -1,5 +1,5 @@
 """Small helpers shared by the training commands: seeding, time-budgeted cosine schedule,
-atomic checkpoints, a JSON-lines log, a progress bar and a loop detector."""
+atomic checkpoints, a JSON-lines log, a progress bar and a thread governor."""
 
 from __future__ import annotations
 
@@ -129,24 +129,38 @@ class Progress:
         self.bar.close()
 
 
-def is_loop(tokens: list[int], min_span: int = 8) -> bool:
-    """True if one span of >= min_span tokens, repeated (non-overlapping), covers more than half
-    of the sequence: the 'degenerate loop' criterion used by the benchmark."""
-    n = len(tokens)
-    if n < 2 * min_span:
-        return False
-    toks = tuple(tokens)
-    for length in range(min_span, n // 2 + 1):
-        seen: dict[tuple, list[int]] = {}
-        for i in range(n - length + 1):
-            seen.setdefault(toks[i : i + length], []).append(i)
-        for starts in seen.values():
-            if len(starts) < 2:
-                continue
-            count, last = 0, -length
-            for s in starts:
-                if s >= last + length:
-                    count, last = count + 1, s
-            if count >= 2 and count * length > n / 2:
-                return True
-    return False
+class ThreadGovernor:
+    """Pick the torch thread count by measured speed. On a shared 2-core machine, a second busy
+    process makes 2 OpenMP threads spin and collapse (20x slower); 1 thread then wins. Every
+    ``period`` steps the median rate of the current setting is recorded, and the faster setting
+    is chosen, probing the other one every ``probe_every`` periods."""
+
+    def __init__(self, max_threads: int | None, period: int = 6, probe_every: int = 4):
+        self.max = max(1, max_threads or torch.get_num_threads())
+        self.options = [self.max, 1] if self.max > 1 else [1]
+        self.rates: dict[int, float | None] = {n: None for n in self.options}
+        self.current = self.max
+        self.period, self.probe_every = period, probe_every
+        self.samples: list[float] = []
+        self.periods = 0
+        torch.set_num_threads(self.current)
+
+    def step(self, rate: float) -> int:
+        if len(self.options) == 1:
+            return self.current
+        self.samples.append(rate)
+        if len(self.samples) < self.period:
+            return self.current
+        vals = sorted(self.samples[1:])  # the first step after a switch is noisy
+        self.rates[self.current] = vals[len(vals) // 2]
+        self.samples = []
+        self.periods += 1
+        other = self.options[1] if self.current == self.options[0] else self.options[0]
+        if self.rates[other] is None or self.periods % self.probe_every == 0:
+            choice = other
+        else:
+            choice = max(self.options, key=lambda n: self.rates[n] or 0.0)
+        if choice != self.current:
+            self.current = choice
+            torch.set_num_threads(choice)
+        return self.current

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .common import (Budget, JsonlLog, Progress, cosine_lr, load_checkpoint, save_checkpoint,
+from .common import (Budget, JsonlLog, Progress, ThreadGovernor, cosine_lr, load_checkpoint, save_checkpoint,
                      set_seed, set_threads, write_json)
 
 
@@ -52,6 +52,7 @@ class DraftTrainConfig:
     checkpoint_minutes: float = 5.0
     eval_sequences: int = 32
     eval_anchors: int = 96
+    cache_features_gb: float = 4.0  # cache target features in RAM below this size (0: online)
     dtype: str | None = None
     device: str | None = None
 
@@ -295,12 +296,16 @@ def fill_pool(pool: SequencePool, path: Path, target, tokenizer, prompts, cfg, s
         return
     t0 = time.time()
     bar = Progress(bar_desc, enabled=True, initial=len(pool) / max(1, len(prompts)))
+    governor = ThreadGovernor(torch.get_num_threads(), period=2, probe_every=4) if device.type == "cpu" else None
     for i in range(0, len(todo), cfg.gen_batch):
         if deadline is not None and time.time() > deadline:
             log(f"{bar_desc}: time share spent after {len(pool)} sequences")
             break
         chunk = todo[i : i + cfg.gen_batch]
+        t_chunk = time.time()
         seqs = regenerate(target, tokenizer, [p for p, _ in chunk], cfg.new_tokens, stops, device)
+        if governor is not None:
+            governor.step(sum(len(s) - len(p) for s, (p, _) in zip(seqs, chunk)) / (time.time() - t_chunk))
         for (p, kind), s in zip(chunk, seqs):
             pool.add(s, len(p), kind)
         pool.save(path)
@@ -314,29 +319,74 @@ def fill_pool(pool: SequencePool, path: Path, target, tokenizer, prompts, cfg, s
 # ---------------------------------------------------------------- the training step
 
 
-def draft_batch_loss(draft, target, batch: list[tuple[torch.Tensor, int]], cfg: DraftTrainConfig,
-                     weights: torch.Tensor, gen: torch.Generator | None, device,
-                     eval_anchors: int | None = None):
-    """One forward over a batch of sequences: returns (loss, correct [b,N,B], weight [b,N,B])."""
+@torch.no_grad()
+def target_pass(target, layer_ids: list[int], seqs: list[torch.Tensor], device):
+    """One frozen-target forward over right-padded sequences: per sequence, the features of
+    ``layer_ids`` [L, k*H] and next_tokens [L] where next_tokens[p] is the target's greedy token
+    AT position p (predicted from p - 1; next_tokens[0] is the first token itself)."""
     from engine.features import capture_hidden
 
+    lengths = [len(s) for s in seqs]
+    width = max(lengths)
+    ids = torch.zeros((len(seqs), width), dtype=torch.long)
+    att = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = s.long()
+        att[i, : len(s)] = 1
+    with capture_hidden(target, layer_ids) as cap:
+        out = target(input_ids=ids.to(device), attention_mask=att.to(device), use_cache=False)
+        feats = cap.take()
+    greedy = out.logits.argmax(-1).cpu()
+    next_tokens = torch.cat([ids[:, :1], greedy[:, :-1]], dim=1)
+    return ([feats[i, :n] for i, n in enumerate(lengths)], [next_tokens[i, :n] for i, n in enumerate(lengths)])
+
+
+class FeatureCache:
+    """Target features and greedy labels of every pooled sequence, computed once (the target is
+    frozen), so that each training step runs only the draft."""
+
+    def __init__(self, target, layer_ids, pool: "SequencePool", device, dtype=torch.float32,
+                 batch: int = 16, log=print):
+        self.feats: list[torch.Tensor] = []
+        self.next_tokens: list[torch.Tensor] = []
+        order = sorted(range(len(pool)), key=lambda i: len(pool.seqs[i]))
+        slots: dict[int, tuple] = {}
+        t0 = time.time()
+        for i in range(0, len(order), batch):
+            idx = order[i : i + batch]
+            f, n = target_pass(target, layer_ids, [pool.seqs[j] for j in idx], device)
+            for j, fj, nj in zip(idx, f, n):
+                slots[j] = (fj.to("cpu", dtype), nj.to(torch.int32))
+        for j in range(len(pool)):
+            self.feats.append(slots[j][0])
+            self.next_tokens.append(slots[j][1])
+        log(f"cached target features of {len(pool)} sequences in {time.time() - t0:.0f} s")
+
+    @staticmethod
+    def estimate_bytes(pool: "SequencePool", layer_ids, hidden: int, itemsize: int = 4) -> int:
+        return sum(len(s) for s in pool.seqs) * len(layer_ids) * hidden * itemsize
+
+
+def draft_batch_loss(draft, target, batch: list[tuple[torch.Tensor, int]], cfg: DraftTrainConfig,
+                     weights: torch.Tensor, gen: torch.Generator | None, device,
+                     eval_anchors: int | None = None, cached: list[tuple] | None = None):
+    """One draft forward over a batch of sequences (all their blocks at once): returns
+    (loss, correct [b,N,B], weight [b,N,B]). ``cached``: per sequence (features, next_tokens)
+    from a FeatureCache; otherwise the frozen target runs here."""
     bsz, n_anchor = cfg.block_size, (eval_anchors or cfg.anchors)
     mask_id = draft.mask_token_id
     lengths = [len(s) for s, _ in batch]
     width = max(lengths)
-    pad = 0
-    ids = torch.full((len(batch), width), pad, dtype=torch.long)
-    att = torch.zeros((len(batch), width), dtype=torch.long)
-    for i, (s, _) in enumerate(batch):
+    if cached is None:
+        cached = list(zip(*target_pass(target, draft.target_layer_ids, [s for s, _ in batch], device)))
+    kh = cached[0][0].shape[-1]
+    feats = torch.zeros((len(batch), width, kh), dtype=torch.float32, device=device)
+    ids = torch.zeros((len(batch), width), dtype=torch.long)
+    next_tokens = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, ((s, _), (f, n)) in enumerate(zip(batch, cached)):
+        feats[i, : len(s)] = f.to(device, torch.float32)
         ids[i, : len(s)] = s.long()
-        att[i, : len(s)] = 1
-    with torch.no_grad(), capture_hidden(target, draft.target_layer_ids) as cap:
-        out = target(input_ids=ids.to(device), attention_mask=att.to(device), use_cache=False)
-        feats = cap.take().float()
-    # next_tokens[p] = the target's greedy token AT position p (predicted from position p-1).
-    greedy = out.logits.argmax(-1).cpu()
-    next_tokens = torch.cat([ids[:, :1], greedy[:, :-1]], dim=1)
-    del out
+        next_tokens[i, : len(s)] = n.long()
 
     all_ids, all_pos, masks, labels, wts = [], [], [], [], []
     for i, (s, plen) in enumerate(batch):
@@ -377,13 +427,15 @@ def draft_batch_loss(draft, target, batch: list[tuple[torch.Tensor, int]], cfg: 
 
 
 @torch.no_grad()
-def evaluate(draft, target, pool: SequencePool, cfg, weights, device) -> dict:
+def evaluate(draft, target, pool: SequencePool, cfg, weights, device, cache=None) -> dict:
     draft.eval()
     corrects, wts, losses = [], [], []
     for i in range(0, len(pool), cfg.batch_size):
-        batch = [(pool.seqs[j], pool.prompt_lens[j]) for j in range(i, min(len(pool), i + cfg.batch_size))]
+        js = range(i, min(len(pool), i + cfg.batch_size))
+        batch = [(pool.seqs[j], pool.prompt_lens[j]) for j in js]
+        cached = [(cache.feats[j], cache.next_tokens[j]) for j in js] if cache else None
         loss, c, w = draft_batch_loss(draft, target, batch, cfg, weights, None, device,
-                                      eval_anchors=cfg.eval_anchors)
+                                      eval_anchors=cfg.eval_anchors, cached=cached)
         corrects.append(c.reshape(-1, cfg.block_size))
         wts.append(w.reshape(-1, cfg.block_size))
         losses.append(loss.item())
@@ -472,7 +524,7 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
 
     def checkpoint(final: bool = False) -> dict:
         res = {"step": step, "blocks": blocks, "elapsed_min": round(elapsed / 60, 2),
-               **evaluate(draft, target, eval_pool, cfg, weights, device)}
+               **evaluate(draft, target, eval_pool, cfg, weights, device, eval_cache)}
         jlog.write("eval", **res)
         log(f"eval step {step}: held-out loss {res.get('heldout_loss')} tau~{res.get('tau_est')} "
             f"acc {res.get('position_acc')}")
@@ -489,11 +541,22 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
             **{k: v for k, v in res.items() if k in ("heldout_loss", "tau_est", "position_acc")}})
         return res
 
+    # The target is frozen: compute its features once when they fit in memory.
+    train_cache = eval_cache = None
+    need = FeatureCache.estimate_bytes(train_pool, layer_ids, tcfg.hidden_size)
+    if cfg.cache_features_gb and need < cfg.cache_features_gb * 2**30:
+        eval_cache = FeatureCache(target, layer_ids, eval_pool, device, log=log)
+        train_cache = FeatureCache(target, layer_ids, train_pool, device, log=log)
+    else:
+        log(f"features computed online ({need / 2**30:.1f} GiB would not fit in "
+            f"--cache-features-gb {cfg.cache_features_gb})")
+
     # Save the phase-1 marker so that a resume skips generation.
     if state is None:
         save_checkpoint(work / "checkpoint.pt", {"gen_elapsed": gen_elapsed})
     bar = Progress("train draft", enabled=progress, initial=train_budget.progress(step, blocks, elapsed))
     t_last, last_ckpt, ema = time.time(), elapsed, None
+    governor = ThreadGovernor(threads) if device.type == "cpu" else None
     order = torch.randperm(len(train_pool), generator=gen).tolist()
     cursor = 0
     while True:
@@ -510,7 +573,8 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
             idx.append(order[cursor])
             cursor += 1
         batch = [(train_pool.seqs[j], train_pool.prompt_lens[j]) for j in idx]
-        loss, correct, w = draft_batch_loss(draft, target, batch, cfg, weights, gen, device)
+        cached = [(train_cache.feats[j], train_cache.next_tokens[j]) for j in idx] if train_cache else None
+        loss, correct, w = draft_batch_loss(draft, target, batch, cfg, weights, gen, device, cached=cached)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(draft.parameters(), cfg.grad_clip)
@@ -528,7 +592,10 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
             jlog.write("train", step=step, loss=round(lv, 4), lr=lr, grad_norm=round(float(gnorm), 3),
                        tau_train=round(tau, 3) if not math.isnan(tau) else None,
                        acc1=round(acc[0], 3), blocks_s=round(nb / dt, 1),
-                       tok_s=round(nb * (cfg.block_size - 1) / dt, 1), elapsed=round(elapsed, 1))
+                       tok_s=round(nb * (cfg.block_size - 1) / dt, 1), elapsed=round(elapsed, 1),
+                       threads=torch.get_num_threads())
+        if governor is not None:
+            governor.step(nb / dt)
         bar.update(train_budget.progress(step, blocks, elapsed), loss=f"{ema:.3f}",
                    tau=f"{tau:.2f}", tok_s=f"{nb * (cfg.block_size - 1) / dt:.0f}")
         if elapsed - last_ckpt >= cfg.checkpoint_minutes * 60:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from .common import (Budget, JsonlLog, Progress, cosine_lr, is_loop, load_checkpoint,
-                     save_checkpoint, set_seed, set_threads, write_json)
+from .common import (Budget, JsonlLog, Progress, ThreadGovernor, cosine_lr,
+                     load_checkpoint, save_checkpoint, set_seed, set_threads, write_json)
 
 
 @dataclass
@@ -145,6 +145,8 @@ def sample_prompts(tokenizer, corpus: Path | None, n: int, seed: int) -> list[di
 
 @torch.no_grad()
 def greedy_samples(model, tokenizer, prompts: list[dict], max_new_tokens: int) -> list[dict]:
+    from engine.bench import is_loop
+
     from .tokenizer import stop_token_ids
 
     model.eval()
@@ -268,6 +270,7 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
         return res
 
     model.train()
+    governor = ThreadGovernor(threads)
     bar = Progress("train target", enabled=progress,
                    initial=budget.progress(step, tokens, elapsed))
     t_last = time.time()
@@ -300,9 +303,10 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
         if step % 10 == 0 or step == 1:
             jlog.write("train", step=step, tokens=tokens, loss=round(lv, 4), lr=lr,
                        grad_norm=round(float(gnorm), 3), tok_s=round(x.numel() / dt, 1),
-                       elapsed=round(elapsed, 1))
+                       elapsed=round(elapsed, 1), threads=governor.current)
         bar.update(budget.progress(step, tokens, elapsed), loss=f"{loss_ema:.3f}",
-                   tok_s=f"{x.numel() / dt:.0f}", lr=f"{lr:.1e}")
+                   tok_s=f"{x.numel() / dt:.0f}", lr=f"{lr:.1e}", thr=governor.current)
+        governor.step(x.numel() / dt)
         if elapsed - last_ckpt >= cfg.checkpoint_minutes * 60:
             res = checkpoint()
             last_ckpt = elapsed

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from app.cli import main as cli
-from engine.training.common import Budget, cosine_lr, is_loop
+from engine.bench import is_loop
+from engine.training.common import Budget, ThreadGovernor, cosine_lr
 from engine.training.draft import (acceptance_stats, block_inputs, block_labels, loss_weights,
                                    sample_anchors, training_mask)
 from engine.training.tokenizer import CHAT_TEMPLATE, render_chat
@@ -190,6 +191,15 @@ def test_budget_schedule_and_loop_detector():
     assert Budget(max_steps=100, max_minutes=1).progress(5, 0, 45) == 0.75
     assert cosine_lr(0.0, 1.0, 0.1) < cosine_lr(0.1, 1.0, 0.1) == 1.0
     assert math.isclose(cosine_lr(1.0, 1.0, 0.1, 0.1), 0.1)
+    gov = ThreadGovernor(2, period=2, probe_every=100)
+    assert gov.current == 2
+    for rate in (100, 100):  # 2 threads measured slow...
+        gov.step(rate)
+    assert gov.current == 1  # ...probe 1 thread
+    for rate in (500, 500):
+        gov.step(rate)
+    assert gov.current == 1  # 1 thread is faster: stay
+    torch.set_num_threads(2)
     assert is_loop(list(range(10)) * 5)
     assert not is_loop(list(range(60)))
 
@@ -230,13 +240,14 @@ DRAFT_ARGS = ["--layers", "1", "--block-size", "4", "--batch-size", "2", "--anch
               "--new-tokens", "10", "--gen-batch", "4", "--no-progress", "--threads", "2"]
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "llama"])
-def test_train_draft_smoke_resume_and_load(tmp_path, corpus, tokenizer_dir, arch):
+@pytest.mark.parametrize("arch,cache_gb", [("qwen3", "4"), ("llama", "0")])
+def test_train_draft_smoke_resume_and_load(tmp_path, corpus, tokenizer_dir, arch, cache_gb):
     from engine.draft import load_draft
 
     target = tiny_target(tmp_path, tokenizer_dir, arch)
     out = tmp_path / "draft"
-    args = ["train", "draft", "--target", str(target), "--out", str(out), "--corpus", str(corpus), *DRAFT_ARGS]
+    args = ["train", "draft", "--target", str(target), "--out", str(out), "--corpus", str(corpus),
+            "--cache-features-gb", cache_gb, *DRAFT_ARGS]
     assert cli(args + ["--max-steps", "2"]) == 0
     assert cli(args + ["--max-steps", "3"]) == 0
     log = [json.loads(line) for line in (out / "_train" / "log.jsonl").read_text().splitlines()]

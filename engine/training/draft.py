@@ -444,7 +444,7 @@ def evaluate(draft, target, pool: SequencePool, cfg, weights, device, cache=None
         return {}
     acc, tau, n = acceptance_stats(torch.cat(corrects), torch.cat(wts))
     return {"heldout_loss": round(sum(losses) / len(losses), 4), "tau_est": round(tau, 3),
-            "position_acc": [round(a, 3) for a in acc], "blocks": n}
+            "position_acc": [round(a, 3) for a in acc], "eval_blocks": n}
 
 
 # ---------------------------------------------------------------- the command

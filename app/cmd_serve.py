@@ -38,7 +38,9 @@ def _add_app_options(parser) -> None:
                         help="offer every DIR/<name>/ holding target/ (and draft/) in the model picker")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="default reply length (default 256)")
     parser.add_argument("--block-size", type=int, help="default block size (default: the draft's)")
-    parser.add_argument("--no-fallback", action="store_true", help="start with dynamic fallback switched off")
+    parser.add_argument("--fallback", action="store_true",
+                        help="start with dynamic fallback switched on (off by default: on the embedded pair a fixed "
+                             "block 8 measured faster, 2.13x vs 1.84x)")
     add_model_options(parser)
 
 
@@ -47,7 +49,7 @@ def app_config(args) -> AppConfig:
 
     return AppConfig(
         host=args.host, port=args.port, db_path=args.db, engine=engine_config(args), models_dir=args.models_dir,
-        max_new_tokens=args.max_new_tokens, block_size=args.block_size, fallback=not args.no_fallback,
+        max_new_tokens=args.max_new_tokens, block_size=args.block_size, fallback=args.fallback,
         open_browser=not args.no_browser, auth=parse_auth(args.auth),
     ).validate()
 

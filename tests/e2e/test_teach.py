@@ -18,21 +18,11 @@ pytestmark = pytest.mark.e2e
 SLOTS = "#teach-slots .ts-slot"
 
 
-@pytest.fixture(scope="module")
-def teach_page(browser, fake_app):
-    """One loaded page for this module (loading Gradio's frontend costs seconds on a busy CPU)."""
-    context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
-    page.set_default_timeout(20_000)
-    page.goto(fake_app[2])
-    yield page
-    context.close()
-
-
 @pytest.fixture
-def page(teach_page):
-    """The module's page, back on the Chat tab with an empty chat (the tests leave it on Teach)."""
-    page = teach_page
+def page(shared_page):
+    """The module's page (conftest's shared_page), back on the Chat tab with an empty chat (the
+    tests leave it on Teach)."""
+    page = shared_page
     page.click("#chat-tab-button")
     page.wait_for_selector("#chat-input textarea:not([disabled])")  # the page has restored its session
     if page.locator("#chat .message").count():

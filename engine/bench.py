@@ -95,7 +95,6 @@ def run_dflash(engine: Engine, prompt_ids, sampling, fallback) -> tuple[Finished
 def bench(engine: Engine, prompts: list[BenchPrompt], sampling: SamplingConfig,
           fallback: FallbackConfig | None = None, progress=None) -> dict:
     block = sampling.block_size or engine.block_size
-    plain = replace(sampling, block_size=1)
     result = BenchResult()
     # warm-up: every path once on a short run (allocations, kernels, lazy imports)
     warm_ids = engine.encode(prompts[0].prompt, raw=prompts[0].raw)

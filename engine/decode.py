@@ -21,7 +21,7 @@ from .config import FallbackConfig, SamplingConfig
 from .detok import IncrementalDetokenizer
 from .draft import DFlashDraftModel
 from .errors import DFlashError
-from .events import Cycle, DraftSlot, Event, Failed, FallbackDecision, Finished, Started
+from .events import Cycle, DraftSlot, Event, Failed, Finished, Started
 from .fallback import make_policy
 from .features import FeatureCapture
 from .sampling import leading_matches, sample, sampling_probs
@@ -245,6 +245,3 @@ def per_position_acceptance(cycles: list[Cycle], max_block: int) -> tuple[float,
         rates.append(sum(c.accepted >= j for c in drafted) / len(drafted))
     return tuple(rates)
 
-
-def fixed_decision(block_size: int) -> FallbackDecision:
-    return FallbackDecision(next_block_size=block_size, state="fixed")

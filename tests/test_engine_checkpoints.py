@@ -15,7 +15,6 @@ from engine.config import EngineConfig, SamplingConfig
 from engine.draft import load_draft
 from engine.errors import CheckpointError, IncompatibleDraftError
 from engine.events import Finished
-from engine.loading import load_models
 from engine.runtime import Engine
 from tests.tiny_models import save_tiny_pair
 

@@ -11,7 +11,7 @@ from engine.decode import generate
 from engine.detok import IncrementalDetokenizer
 from engine.events import Finished
 from engine.sampling import sampling_probs
-from tests.tiny_models import TEXT, tiny_draft, tiny_target, tiny_tokenizer
+from tests.tiny_models import tiny_draft, tiny_target, tiny_tokenizer
 
 VOCAB = 12
 PROMPT = [1, 2, 3]

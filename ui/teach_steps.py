@@ -223,7 +223,7 @@ def caption(step: TeachStep) -> str:
                  f"pass. The target then checked the whole block of {b} positions in ONE forward pass")
         rejected = next((s for s in step.draft_slots if s.verdict == "rejected"), None)
         if a >= drafts:
-            words += f" and agreed with every draft token."
+            words += " and agreed with every draft token."
         elif a == 0:
             wanted = f" (the target wanted {quoted(step.bonus_text)})" if step.bonus_text is not None else ""
             words += (f" and disagreed with the very first draft token {quoted(rejected.text if rejected else '')}"

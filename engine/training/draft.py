@@ -16,7 +16,7 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -488,7 +488,6 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
     if gen_elapsed is None:
         jlog.write("start", target=str(target_dir), layer_ids=layer_ids, mask_token_id=mask_id,
                    config=asdict(cfg), gamma=gamma, seed=seed, budget=asdict(budget))
-        t_gen = time.time()
         eval_prompts = build_prompts(tokenizer, corpus, cfg.eval_sequences, cfg, seed, heldout=True)
         fill_pool(eval_pool, work / "eval_sequences.pt", target, tokenizer, eval_prompts, cfg, stops,
                   device, None, log, jlog, "regenerate held-out")

@@ -209,7 +209,7 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
         t0 = time.time()
         data = build_streams(tokenizer, corpus, seed)
         save_checkpoint(data_path, data)
-        log(f"data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in data.items())
+        log("data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in data.items())
             + f" ({time.time() - t0:.0f} s)")
     jlog.write("data", **{k: len(v) for k, v in data.items()})
 

@@ -68,6 +68,7 @@ def run_draft(args) -> int:
         gen_fraction=args.gen_fraction, checkpoint_minutes=args.checkpoint_minutes,
         eval_sequences=args.eval_sequences, dtype=args.dtype, device=args.device,
         cache_features_gb=args.cache_features_gb, min_prompt_tokens=args.min_prompt_tokens,
+        init_from=str(args.init) if args.init else None,
     )
     train_draft(args.out, args.target, work=args.work, corpus=args.corpus,
                 prompts_file=args.prompts, cfg=cfg, budget=_budget(args), seed=args.seed,
@@ -136,6 +137,10 @@ def register(subparsers) -> None:
                    help="keep the frozen target's features in RAM when they fit (0: always online)")
     p.add_argument("--dtype", default=None, help="target dtype (float32, bfloat16); default auto")
     p.add_argument("--device", default=None)
+    p.add_argument("--init", type=Path, default=None,
+                   help="fine-tune an existing draft (z-lab format) instead of starting from random "
+                        "weights, e.g. after the target was trained further; its target layers and "
+                        "mask id are kept")
     p.set_defaults(func=run_draft)
 
     train.set_defaults(func=lambda args: (train.print_help() or 1))

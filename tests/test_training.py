@@ -263,3 +263,29 @@ def test_train_draft_smoke_resume_and_load(tmp_path, corpus, tokenizer_dir, arch
     assert cfg["num_target_layers"] == 4 and len(draft.layers) == 1
     ids = cfg["dflash_config"]["target_layer_ids"]
     assert ids == sorted(set(ids)) and all(0 <= i < 4 for i in ids)
+
+
+def test_train_draft_init_starts_from_given_weights_and_rejects_a_mismatch(tmp_path, corpus, tokenizer_dir, capsys):
+    from safetensors.torch import load_file
+
+    target = tiny_target(tmp_path, tokenizer_dir)
+    base = ["train", "draft", "--target", str(target), "--corpus", str(corpus), *DRAFT_ARGS]
+    first = tmp_path / "first"
+    assert cli(base + ["--out", str(first), "--max-steps", "2"]) == 0
+    start = load_file(str(first / "model.safetensors"))
+
+    # zero training steps after --init: the saved draft is exactly the initial one
+    tuned = tmp_path / "tuned"
+    assert cli(base + ["--out", str(tuned), "--init", str(first), "--max-steps", "1", "--seed", "5",
+                       "--lr", "0"]) == 0
+    after = load_file(str(tuned / "model.safetensors"))
+    assert after.keys() == start.keys()
+    assert all(torch.equal(after[k], start[k]) for k in start)
+    log = (tuned / "_train" / "log.jsonl").read_text()
+    assert json.loads(log.splitlines()[0])["config"]["init_from"] == str(first)
+
+    # a draft of another block size cannot be fine-tuned as block 8
+    bad = base + ["--out", str(tmp_path / "bad"), "--init", str(first), "--max-steps", "1"]
+    bad[bad.index("--block-size") + 1] = "8"
+    assert cli(bad) == 2
+    assert "block size is 4, --block-size is 8" in capsys.readouterr().err

@@ -16,11 +16,13 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from engine.errors import IncompatibleDraftError
 
 from .common import (Budget, JsonlLog, Progress, ThreadGovernor, cosine_lr, load_checkpoint, save_checkpoint,
                      set_seed, set_threads, write_json)
@@ -35,6 +37,7 @@ class DraftTrainConfig:
     num_target_features: int = 4
     intermediate_size: int | None = None
     mask_token_id: int | None = None
+    init_from: str | None = None  # an existing draft to fine-tune (its shape wins; must fit the target)
     lr: float = 6e-4
     min_lr_ratio: float = 0.05
     warmup: float = 0.04
@@ -450,11 +453,31 @@ def evaluate(draft, target, pool: SequencePool, cfg, weights, device, cache=None
 # ---------------------------------------------------------------- the command
 
 
+def check_init_draft(init, cfg: DraftTrainConfig, target_config) -> None:
+    """A draft to fine-tune must have the requested shape and fit the target."""
+    problems = []
+    if len(init.layers) != cfg.layers:
+        problems.append(f"it has {len(init.layers)} layers, --layers is {cfg.layers}")
+    if init.block_size != cfg.block_size:
+        problems.append(f"its block size is {init.block_size}, --block-size is {cfg.block_size}")
+    if cfg.target_layer_ids and list(cfg.target_layer_ids) != init.target_layer_ids:
+        problems.append(f"it reads target layers {init.target_layer_ids}, --target-layer-ids is {cfg.target_layer_ids}")
+    if init.config.hidden_size != target_config.hidden_size:
+        problems.append(f"its hidden size is {init.config.hidden_size}, the target's {target_config.hidden_size}")
+    if max(init.target_layer_ids) >= target_config.num_hidden_layers:
+        problems.append(f"it reads target layer {max(init.target_layer_ids)}, the target has "
+                        f"{target_config.num_hidden_layers}")
+    if cfg.intermediate_size and init.config.intermediate_size != cfg.intermediate_size:
+        problems.append(f"its intermediate size is {init.config.intermediate_size}")
+    if problems:
+        raise IncompatibleDraftError(f"cannot start from the draft in {cfg.init_from}: " + "; ".join(problems))
+
+
 def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Path | None = None,
                 prompts_file: Path | None = None, cfg: DraftTrainConfig | None = None,
                 budget: Budget | None = None, seed: int = 0, threads: int | None = None,
                 progress: bool = True, log=print) -> dict:
-    from engine.draft import DFlashDraftModel, default_target_layer_ids, new_draft_config, save_draft
+    from engine.draft import DFlashDraftModel, default_target_layer_ids, load_draft, new_draft_config, save_draft
 
     cfg = cfg or DraftTrainConfig()
     budget = budget or Budget(max_minutes=35)
@@ -469,6 +492,11 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
     target, tokenizer = load_target_and_tokenizer(target_dir, device, dtype)
     tcfg = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
     n_target = tcfg.num_hidden_layers
+    init = load_draft(cfg.init_from) if cfg.init_from else None
+    if init is not None:
+        check_init_draft(init, cfg, tcfg)
+        cfg = replace(cfg, target_layer_ids=init.target_layer_ids, mask_token_id=init.mask_token_id,
+                      intermediate_size=init.config.intermediate_size)
     layer_ids = cfg.target_layer_ids or sorted(set(default_target_layer_ids(n_target, max(1, min(cfg.num_target_features, n_target)))))
     if any(not (0 <= i < n_target) for i in layer_ids):
         raise ValueError(f"target_layer_ids {layer_ids} out of range for a {n_target}-layer target")
@@ -506,6 +534,9 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
                             intermediate_size=cfg.intermediate_size)
     torch.manual_seed(seed)
     draft = DFlashDraftModel(dcfg).to(device).float().train()
+    if init is not None:
+        draft.load_state_dict(init.state_dict())
+        log(f"initialised from the draft in {cfg.init_from}")
     n_params = sum(p.numel() for p in draft.parameters())
     opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     step, blocks, elapsed = 0, 0, 0.0

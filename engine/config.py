@@ -56,8 +56,9 @@ class FallbackConfig:
     enabled: bool = True
     reduced_block_size: int = 4
     window: int = 8  # cycles in the rolling estimate of tau per block size
-    hysteresis: float = 1.10  # switch only when the expected gain is >= 10 %
-    probe_every: int = 24  # cycles spent below full before probing full again
+    hysteresis: float = 1.20  # switch only when the expected gain is >= 20 % (acceptance is bursty)
+    probe_every: int = 4  # cycles spent below full before probing full again
+    probe_every_max: int = 32  # each probe that fails doubles the wait, up to this
     probe_cycles: int = 4
     min_cycles_before_switch: int = 4
     preset: str | None = None  # "code" | "math" | "agent": the seeds' fixed tau thresholds

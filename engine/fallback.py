@@ -20,8 +20,10 @@ Decision rule (``AdaptivePolicy``):
   among the current one and the smaller ones; switch only if it beats the current one by the
   factor ``config.hysteresis``.
 - After ``probe_every`` cycles below full, run ``probe_cycles`` cycles at full size with fresh
-  acceptance samples; then stay at full if it beats the mode we came from (by the hysteresis),
-  else go back (or to whatever the fresh estimates now prefer).
+  acceptance samples; then stay at full unless a lower mode beats it by the hysteresis (the same
+  rule as leaving full in the first place). A probe that fails doubles the wait before the next
+  one (up to ``probe_every_max``); one that keeps full resets it. Acceptance is bursty, so early
+  probes catch recoveries while the backoff bounds what probing costs when drafting does not pay.
 - With ``config.preset`` the seeds' rule replaces the comparison against full: keep full blocks
   while the rolling tau >= ``PRESET_THRESHOLDS[preset]`` (quoted for blocks of 8; scaled by B/8
   for smaller full blocks), otherwise degrade: to reduced, or straight to off when the cost model
@@ -31,10 +33,11 @@ Decision rule (``AdaptivePolicy``):
 
 Cost prior (until measurements exist): a plain step costs ``verify_ms(B) / 1.5`` where B is the
 largest block measured so far (a B-token verify is ~1.5-2.4 plain steps on CPU, so 1.5 is the
-speculation-friendly end: we do not switch off on a guess); unmeasured sizes are interpolated
-linearly between the measured/prior points (extrapolated along the last segment). At block 1
-the decode loop reports ``draft_ms=0`` and ``verify_ms`` = one plain step, which replaces the
-prior.
+speculation-friendly end: we do not switch off on a guess). An unmeasured block b > 1 costs its
+verify, interpolated linearly between the measured/prior verify times (extrapolated along the
+last segment), plus one draft forward as measured at the nearest drafted size (a draft pass costs
+about the same at any block size). At block 1 the decode loop reports ``draft_ms=0`` and
+``verify_ms`` = one plain step, which replaces the prior.
 """
 
 from __future__ import annotations
@@ -108,12 +111,14 @@ class SizeWindow:
     window: int
     accepted: deque = field(init=False)
     cost_ms: deque = field(init=False)
+    draft_ms: deque = field(init=False)
     verify_ms: deque = field(init=False)
     last_cycle: int = 0  # when acceptance was last recorded here (to find the freshest source)
 
     def __post_init__(self) -> None:
         self.accepted = deque(maxlen=self.window)
         self.cost_ms = deque(maxlen=self.window)
+        self.draft_ms = deque(maxlen=self.window)
         self.verify_ms = deque(maxlen=self.window)
 
 
@@ -130,6 +135,7 @@ class RollingStats:
         stats = self.sizes.setdefault(block_size, SizeWindow(self.window))
         stats.accepted.append(accepted)
         stats.cost_ms.append(draft_ms + verify_ms)
+        stats.draft_ms.append(draft_ms)
         stats.verify_ms.append(verify_ms)
         stats.last_cycle = self.cycles
 
@@ -154,13 +160,20 @@ class RollingStats:
 
     def cost(self, block_size: int) -> float | None:
         """Mean cycle cost (ms) at ``block_size``: measured, else the prior (module docstring)."""
-        points = {b: _mean(s.cost_ms) for b, s in self.sizes.items() if s.cost_ms}
-        if not points:
+        measured = {b: s for b, s in self.sizes.items() if s.cost_ms}
+        if not measured:
             return None
-        if 1 not in points:
-            largest = self.sizes[max(points)]
-            points[1] = _mean(largest.verify_ms) / VERIFY_STEPS_PRIOR
-        return interpolate(points, block_size)
+        if block_size in measured:
+            return _mean(measured[block_size].cost_ms)
+        verify = {b: _mean(s.verify_ms) for b, s in measured.items()}
+        if 1 not in verify:
+            verify[1] = verify[max(verify)] / VERIFY_STEPS_PRIOR
+        if block_size == 1:
+            return verify[1]
+        # One draft forward costs about the same at any block size: borrow the nearest measured one.
+        drafted = [b for b in measured if b > 1]
+        draft_ms = _mean(measured[min(drafted, key=lambda b: abs(b - block_size))].draft_ms) if drafted else 0.0
+        return interpolate(verify, block_size) + draft_ms
 
     def speedup(self, block_size: int) -> float | None:
         """Expected speedup of ``block_size`` over plain decoding; None without estimates."""
@@ -217,6 +230,7 @@ class AdaptivePolicy:
         self._block = self.full
         self._cycles_in_mode = 0  # cycles since the last switch (decisions wait for enough data)
         self._cycles_below_full = 0  # counts towards the next probe
+        self._probe_wait = config.probe_every  # doubles after each probe that fails, up to probe_every_max
         self._probe_left = 0  # > 0 while probing full size
         self._probe_from = self.full  # the mode a probe returns to if full does not beat it
 
@@ -245,7 +259,7 @@ class AdaptivePolicy:
         self._cycles_in_mode += 1
         if self._block != self.full:
             self._cycles_below_full += 1
-            if self.config.probe_every > 0 and self._cycles_below_full >= self.config.probe_every:
+            if self.config.probe_every > 0 and self._cycles_below_full >= self._probe_wait:
                 return self._start_probe()
         if self._cycles_in_mode < max(1, self.config.min_cycles_before_switch):
             return self._unchanged()
@@ -292,10 +306,13 @@ class AdaptivePolicy:
         return self._switch(self.full, reason)
 
     def _end_probe(self) -> FallbackDecision:
-        target = self._pick(self.sizes, self._probe_from)
+        # Leaving full after a probe needs the same margin as leaving it in the first place.
+        target = self._pick(self.sizes, self.full)
         if target == self.full:
             self._cycles_in_mode = 0  # acceptance recovered: full again, with a fresh clock
+            self._probe_wait = self.config.probe_every
             return self._unchanged()
+        self._probe_wait = min(2 * self._probe_wait, max(self.config.probe_every, self.config.probe_every_max))
         return self._switch(target, self._reason("probe: " + self._why(self.full), target))
 
     # --- decisions ----------------------------------------------------------------------------

@@ -289,3 +289,25 @@ def test_train_draft_init_starts_from_given_weights_and_rejects_a_mismatch(tmp_p
     bad[bad.index("--block-size") + 1] = "8"
     assert cli(bad) == 2
     assert "block size is 4, --block-size is 8" in capsys.readouterr().err
+
+
+def test_line_aligned_prefixes_are_whole_lines_within_the_budget(tokenizer_dir):
+    import random
+
+    from transformers import AutoTokenizer
+
+    from engine.training.draft import line_aligned_prefix
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    lines = textwrap.dedent(FUNC.format(name="compute_sum", what="sum", cls="SumBox")).splitlines(keepends=True)
+    rng = random.Random(0)
+    seen_def = False
+    for _ in range(40):
+        ids = line_aligned_prefix(lines, tok, 40, 8, rng)
+        if ids is None:
+            continue
+        text = tok.decode(ids)
+        assert 8 <= len(ids) <= 40 and text.endswith("\n")
+        assert any("".join(lines[i:]).startswith(text) for i in range(len(lines)))  # starts at a line
+        seen_def |= text.lstrip().startswith(("def ", "class "))
+    assert seen_def

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -175,8 +176,9 @@ def stop_ids(target, tokenizer) -> list[int]:
 
 def build_prompts(tokenizer, corpus, n: int, cfg: DraftTrainConfig, seed: int, heldout: bool,
                   extra: list[dict] | None = None) -> list[tuple[list[int], str]]:
-    """Token-id prompts: code prefixes (random files and offsets) and chat requests rendered with
-    the tokenizer's chat template (when it has one)."""
+    """Token-id prompts: code prefixes (random files; mostly whole lines, often from a def/class
+    line, see LINE_ALIGNED_PREFIXES) and chat requests rendered with the tokenizer's chat
+    template (when it has one)."""
     from .corpus import chat_examples, read_source, split_files
 
     train_files, held_files = split_files(corpus)
@@ -209,19 +211,53 @@ def build_prompts(tokenizer, corpus, n: int, cfg: DraftTrainConfig, seed: int, h
                 chats.append(ids)
     rng.shuffle(chats)
     out += [(c, "chat") for c in chats[:n_chat]]
-    file_ids = {}
-    while len(out) < n + len(extra or []) and files:
+    file_ids, file_lines = {}, {}
+    tries = 0
+    while len(out) < n + len(extra or []) and files and tries < 50 * n:
+        tries += 1
         p = rng.choice(files)
         if p not in file_ids:
-            file_ids[p] = tokenizer(sources.get(p) or read_source(p), add_special_tokens=False)["input_ids"]
+            src = sources.get(p) or read_source(p)
+            file_ids[p] = tokenizer(src, add_special_tokens=False)["input_ids"]
+            file_lines[p] = src.splitlines(keepends=True)
         ids = file_ids[p]
         if len(ids) < cfg.min_prompt_tokens + 8:
             continue
         plen = rng.randint(cfg.min_prompt_tokens, min(cfg.prompt_tokens, len(ids) - 8))
+        if rng.random() < LINE_ALIGNED_PREFIXES:
+            prefix = line_aligned_prefix(file_lines[p], tokenizer, plen, cfg.min_prompt_tokens, rng)
+            if prefix:
+                out.append((prefix, "complete"))
+            continue
         start = rng.randint(0, len(ids) - plen - 1)
         out.append((ids[start : start + plen], "complete"))
     rng.shuffle(out)
     return out
+
+
+# Share of code prefixes cut at line boundaries, as people write them (half of those start at a
+# def/class line); the rest start and end at any token, like text typed mid-line.
+LINE_ALIGNED_PREFIXES = 0.8
+_DEFINITION = re.compile(r"\s*(async\s+def|def|class)\s")
+
+
+def line_aligned_prefix(lines: list[str], tokenizer, max_tokens: int, min_tokens: int,
+                        rng: random.Random) -> list[int] | None:
+    """Whole lines from a def/class line (or any line), as many as fit in ``max_tokens``;
+    None when fewer than ``min_tokens`` fit or there is nothing after them to continue."""
+    definitions = [i for i, line in enumerate(lines) if _DEFINITION.match(line)]
+    starts = definitions if definitions and rng.random() < 0.5 else range(len(lines))
+    first = rng.choice(starts)
+    text, count = "", 0
+    for line in lines[first:-1]:  # leave at least one line to continue into
+        n = len(tokenizer(line, add_special_tokens=False)["input_ids"])
+        if count + n > max_tokens:
+            break
+        text, count = text + line, count + n
+    if count < min_tokens:
+        return None
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return ids if min_tokens <= len(ids) <= max_tokens else None
 
 
 @torch.no_grad()

@@ -278,3 +278,23 @@ def test_a_prompt_the_loaded_model_cannot_take_is_refused_with_a_message_and_kep
         updates = run(ctx, session_id)
     assert "Not generated" in updates[-1][2]
     assert messages(ctx, session_id) == [("user", "complete", "word " * 40)]  # the text is kept, no empty reply
+
+
+def test_stop_while_queued_means_the_reply_never_starts_and_the_message_is_kept(ctx, engine):
+    engine.delay_s = 0.05
+    engine.enqueue(FakeReply(" ".join(["busy"] * 60), accept=(1,)))
+    busy, _ = send(ctx, "keeps the engine busy")
+    first = threading.Thread(target=run, args=(ctx, busy))
+    first.start()
+    session_id, _ = send(ctx, "waits in the queue")
+    h.stop(ctx, session_id)  # pressed while the request waits for the engine
+    updates = run(ctx, session_id)
+    first.join(timeout=30)
+    assert messages(ctx, session_id) == [("user", "complete", "waits in the queue")]
+    assert "stopped before generation started" in updates[-1][2]
+    assert len(engine.calls) == 1  # the engine never ran the stopped request
+    # an earlier Stop does not block the next request
+    engine.enqueue(FakeReply("fine", accept=(1,)))
+    h.regenerate(ctx, session_id)
+    run(ctx, session_id)
+    assert messages(ctx, session_id)[-1] == ("assistant", "complete", "fine")

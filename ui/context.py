@@ -4,6 +4,7 @@ these itself (DESIGN §1: ``ui`` imports only the engine's event types and confi
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -56,17 +57,32 @@ class UIContext:
     yield_interval_s: float = 0.05  # at most ~20 UI updates a second (cycles in between are coalesced)
     chart_interval_s: float = 0.5
     _cancels: dict = field(default_factory=dict)
+    _requested: dict = field(default_factory=dict)  # session -> when its last reply was asked for
+    _stopped: dict = field(default_factory=dict)  # session -> when Stop was last pressed
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def mark_request(self, session_id: int) -> None:
+        """A reply was asked for (send, regenerate, edit): a Stop from now on applies to it, even
+        while it still waits in the queue for the engine."""
+        with self._lock:
+            self._requested[session_id] = time.monotonic()
+
     def new_cancel(self, session_id: int) -> threading.Event:
+        """The cancel flag of the reply about to run; already set when Stop was pressed while the
+        request waited in the queue."""
         event = threading.Event()
         with self._lock:
             self._cancels[session_id] = event
+            requested, stopped = self._requested.get(session_id), self._stopped.get(session_id)
+        if requested is not None and stopped is not None and stopped >= requested:
+            event.set()
         return event
 
     def cancel(self, session_id: int | None) -> bool:
-        """Ask the generation running for this session to stop after its current cycle."""
+        """Ask the generation for this session to stop after its current cycle, or not to start
+        when it is still queued. Returns whether a running generation was told."""
         with self._lock:
+            self._stopped[session_id] = time.monotonic()
             event = self._cancels.get(session_id)
         if event is None:
             return False

@@ -55,6 +55,10 @@ def record_reply(ctx: UIContext, request: GenerationRequest, engine, cancel: thr
         out.put(("refused", "no model is loaded (see the model status above the settings)"))
         out.put(DONE)
         return
+    if cancel.is_set():
+        out.put(("refused", "stopped before generation started (your message is kept: Regenerate answers it)"))
+        out.put(DONE)
+        return
     try:
         ids = engine.encode(request.prompt, raw=request.raw)
         sampling = engine.check_request(ids, request.sampling)

@@ -299,6 +299,7 @@ def _store_prompt(ctx: UIContext, session_id: int | None, text: str, kind: str, 
         ctx.store.add_message(session_id, "user", text, kind=kind, settings=settings)
     except STORE_ERRORS as exc:
         raise gr.Error(f"Could not save the message: {exc}") from None
+    ctx.mark_request(session_id)
     return session_id
 
 
@@ -403,6 +404,7 @@ def regenerate(ctx: UIContext, session_id: int | None) -> tuple:
     if messages[-1]["role"] == "assistant" and messages[-1]["status"] == "streaming":
         raise gr.Error("A reply is still being generated: stop it first.")
     ctx.store.delete_messages_after(session_id, users[-1]["seq"])
+    ctx.mark_request(session_id)
     rows, ids = chat_history(ctx, session_id)
     return rows + [{"role": "assistant", "content": "…"}], ids
 
@@ -427,6 +429,7 @@ def edit_message(ctx: UIContext, session_id: int | None, message_ids: list[int],
     last = users[-1]
     ctx.store.update_message(last["id"], content=text)
     ctx.store.delete_messages_after(session_id, last["seq"])
+    ctx.mark_request(session_id)
     rows, ids = chat_history(ctx, session_id)
     return rows + [{"role": "assistant", "content": "…"}], ids
 

@@ -298,3 +298,28 @@ def test_stop_while_queued_means_the_reply_never_starts_and_the_message_is_kept(
     h.regenerate(ctx, session_id)
     run(ctx, session_id)
     assert messages(ctx, session_id)[-1] == ("assistant", "complete", "fine")
+
+
+def test_import_restores_an_exported_session_once_and_refuses_bad_files(ctx, engine, tmp_path):
+    engine.enqueue("the reply")
+    session_id, _ = send(ctx, "keep me")
+    run(ctx, session_id)
+    exported = h.export(ctx, session_id).value
+    path = exported["path"] if isinstance(exported, dict) else exported
+    h.confirm_delete(ctx, session_id)
+    assert ctx.store.count_sessions() == 0
+
+    view = h.import_sessions(ctx, path)
+    restored = view[0]
+    assert [(m["role"], m["content"]) for m in ctx.store.get_messages(restored)] == [
+        ("user", "keep me"), ("assistant", "the reply")]
+    assert ctx.store.get_cycles(ctx.store.get_messages(restored)[-1]["id"])  # with its cycles
+    assert view[2][0]["content"] == "keep me"  # the page shows it
+    assert h.import_sessions(ctx, path)[0] == restored and ctx.store.count_sessions() == 1  # twice: no copy
+
+    (tmp_path / "bad.json").write_text("{not json", encoding="utf-8")
+    (tmp_path / "wrong.json").write_text(json.dumps({"sessions": [{"title": "no uuid"}]}), encoding="utf-8")
+    for name, message in [("bad.json", "not JSON"), ("wrong.json", "was not imported")]:
+        with pytest.raises(gr.Error, match=message):
+            h.import_sessions(ctx, str(tmp_path / name))
+    assert ctx.store.count_sessions() == 1  # nothing written

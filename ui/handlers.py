@@ -238,6 +238,29 @@ def export(ctx: UIContext, session_id: int | None):
     return gr.File(value=str(path), visible=True)
 
 
+def import_sessions(ctx: UIContext, upload) -> tuple:
+    """Import an export file (one session or all): checked whole first, so a bad file writes
+    nothing; sessions already here are kept as they are. Shows the first imported session."""
+    if upload is None:
+        raise gr.Error("Choose an exported .json file to import.")
+    path = Path(upload if isinstance(upload, str) else getattr(upload, "name", upload))
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise gr.Error(f"{path.name} is not an export file (not JSON: {exc}); nothing was imported.") from None
+    before = ctx.store.count_sessions()
+    try:
+        session_ids = ctx.store.import_data(document)
+    except STORE_ERRORS as exc:
+        raise gr.Error(f"{path.name} was not imported: {exc}") from None
+    if not session_ids:
+        raise gr.Error(f"{path.name} holds no sessions; nothing was imported.")
+    created = ctx.store.count_sessions() - before
+    gr.Info(f"Imported {len(session_ids)} session{'s' * (len(session_ids) != 1)} "
+            f"({created} new, {len(session_ids) - created} already here).")
+    return session_view(ctx, session_ids[0])
+
+
 def save_settings(ctx: UIContext, session_id: int | None, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> None:
     """Settings belong to the session: saved whenever the user changes one."""
     if session_id is None:

@@ -3,7 +3,7 @@
 Stable element ids (DESIGN §6) for tests and users' scripts: chat, chat-input, send, stop,
 regenerate, token-view, stats, acceptance-chart, session-chart, tau-histogram, position-chart,
 session-list, session-search, session-title, new-session, rename-session, delete-session,
-confirm-delete, cancel-delete, export-session, export-file, model-picker, model-status, block-size,
+confirm-delete, cancel-delete, export-session, import-session, export-file, model-picker, model-status, block-size,
 temperature, top-p, max-new-tokens, fallback-toggle, show-rejected, code-editor, complete,
 complete-stop, teach.
 """
@@ -73,6 +73,8 @@ def layout(ctx: UIContext) -> SimpleNamespace:
             with gr.Row():
                 c.rename = gr.Button("Rename", size="sm", elem_id="rename-session")
                 c.export = gr.Button("Export", size="sm", elem_id="export-session")
+                c.import_file = gr.UploadButton("Import", size="sm", file_types=[".json"], file_count="single",
+                                                elem_id="import-session")
                 c.delete = gr.Button("Delete", size="sm", variant="stop", elem_id="delete-session")
             with gr.Row(visible=False, elem_id="confirm-row") as c.confirm_row:
                 gr.Markdown("Delete this session and all its messages?")
@@ -188,6 +190,7 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     c.confirm.click(partial(h.confirm_delete, ctx), [c.session], [c.confirm_row, *view], api_name="delete_session")
     c.cancel.click(h.cancel_delete, None, c.confirm_row, api_visibility="undocumented")
     c.export.click(partial(h.export, ctx), [c.session], c.export_file, api_name="export_session")
+    c.import_file.upload(partial(h.import_sessions, ctx), [c.import_file], view, api_name="import_sessions")
 
     # -- settings: saved with the session on every user change; show-rejected is a class toggle
     gr.on([control.input for control in c.controls], partial(h.save_settings, ctx), [c.session, *c.controls], None,

@@ -3,6 +3,7 @@ sessions switch and survive a reload, typed text never runs as script."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -125,6 +126,25 @@ def test_delete_asks_for_confirmation_then_removes_the_session(page, fake_app):
     page.click("#confirm-delete")
     page.wait_for_function("!document.querySelector('#session-list').innerText.includes('a session to delete')")
     assert session_id not in [s["id"] for s in studio.store.list_sessions()]
+
+
+def test_an_exported_session_file_imports_from_the_sessions_panel(page, fake_app, tmp_path):
+    studio, engine, _ = fake_app
+    engine.enqueue("An answer worth keeping.")
+    send(page, "a session to carry over")
+    wait_replies(page, 1)
+    session_id = studio.store.list_sessions()[0]["id"]
+    document = studio.store.export_session(session_id)
+    studio.store.delete_session(session_id)
+    path = tmp_path / "carried.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    page.click("#new-session")
+    with page.expect_file_chooser() as chooser:
+        page.click("#import-session")
+    chooser.value.set_files(str(path))
+    page.wait_for_function("document.querySelector('#chat').innerText.includes('An answer worth keeping.')")
+    assert "a session to carry over" in page.locator("#session-list").inner_text()
+    assert [s["title"] for s in studio.store.list_sessions()].count("a session to carry over") == 1
 
 
 def test_a_second_user_waits_in_the_queue_and_sees_their_position(page, browser, fake_app):

@@ -24,6 +24,11 @@ def register(subparsers) -> None:
     parser.add_argument("--costs", action="store_true",
                         help="only measure the cost of one verify over B tokens and one draft pass (B = 1, 2, 4, 8, 16)")
     parser.add_argument("--context", type=int, default=128, help="context length for --costs (default 128)")
+    parser.add_argument("--replay", action="store_true",
+                        help="greedy only: record, for every position of each reply, how many drafts the target "
+                             "accepts, measure the cycle costs, and replay fixed blocks and the fallback policies on "
+                             "them (expected τ and speedup of each, from one set of replies)")
+    parser.add_argument("--save-runs", metavar="FILE.json", help="with --replay: also write the runs and costs")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.set_defaults(func=run)
 
@@ -36,6 +41,8 @@ def run(args) -> int:
 
     if args.costs:
         return run_costs(args)
+    if args.replay:
+        return run_replay(args)
     path = args.prompts or assets_dir() / "prompts" / "code.jsonl"
     prompts = read_prompts(path)[: args.limit or None]
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, block_size=args.block_size,
@@ -79,4 +86,49 @@ def run_costs(args) -> int:
     print(" B   verify ms   draft ms   cycle / plain step")
     for size, verify in costs["verify_ms"].items():
         print(f"{size:2d}  {verify:10.2f} {costs['draft_ms'].get(size, 0.0):10.2f}   {costs['cycle_in_plain_steps'][size]:8.2f}")
+    return 0
+
+
+def run_replay(args) -> int:
+    from engine.bench import acceptance_runs, forward_costs, read_prompts
+    from engine.config import FallbackConfig
+    from engine.errors import InvalidRequestError
+    from engine.fallback import PRESET_THRESHOLDS, reduced_size
+    from engine.loading import assets_dir
+    from engine.replay import compare
+    from engine.runtime import Engine
+
+    if args.temperature > 0:
+        raise InvalidRequestError("--replay is greedy only: with sampling the reply depends on the block sizes")
+    prompts = read_prompts(args.prompts or assets_dir() / "prompts" / "code.jsonl")[: args.limit or None]
+    engine = Engine.load(engine_config(args))
+    block = engine.block_size
+    measured = forward_costs(engine, context=args.context, sizes=sorted({1, 2, 4, 8, block} & set(range(1, block + 1))))
+    costs = {b: (measured["draft_ms"].get(b, 0.0), v) for b, v in measured["verify_ms"].items()}
+    all_runs = []
+    for number, item in enumerate(prompts, 1):
+        _, runs = acceptance_runs(engine, engine.encode(item.prompt, raw=item.raw), args.max_new_tokens)
+        all_runs.append(runs)
+        print(f"[{number}/{len(prompts)}] {item.name}: {len(runs) + 1} tokens", file=sys.stderr, flush=True)
+    policies: dict = {f"fixed block {block}": block}
+    reduced = reduced_size(FallbackConfig().reduced_block_size, block)
+    if reduced:
+        policies[f"fixed block {reduced}"] = reduced
+    policies["dynamic fallback"] = FallbackConfig()
+    for preset in PRESET_THRESHOLDS:
+        policies[f"fallback, {preset} preset"] = FallbackConfig(preset=preset)
+    results = compare(all_runs, policies, block, costs)
+    if args.save_runs:
+        document = {"model": engine.name, "block_size": block, "context": args.context,
+                    "costs": {str(b): list(c) for b, c in costs.items()},
+                    "prompts": [item.name for item in prompts], "runs": all_runs}
+        with open(args.save_runs, "w", encoding="utf-8") as f:
+            json.dump(document, f)
+    if args.json:
+        print(json.dumps({"model": engine.name, "block_size": block, "costs": costs, "policies": results}))
+        return 0
+    print(f"{engine.name}: {len(prompts)} greedy replies, cycle costs measured at context {args.context}")
+    print(f"{'policy':28s} {'mean τ':>7s} {'speedup':>8s}")
+    for label, row in results.items():
+        print(f"{label:28s} {row['mean_tau']:7.2f} {row['speedup']:7.2f}x")
     return 0

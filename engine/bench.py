@@ -201,11 +201,12 @@ def forward_costs(engine: Engine, context: int = 128, sizes=(1, 2, 4, 8, 16), re
                         draft_cache = draft.new_cache()
                         draft(draft.embed(target.get_input_embeddings(), prompt[:, :size]), context_feats[:, : context - size],
                               torch.arange(0, context, device=device)[None], cache=draft_cache)  # fill the context cache
-                        ids = torch.full((1, size), draft.mask_token_id, device=device)
+                        width = max(size, draft.block_size)  # as the decode loop drafts a smaller block
+                        ids = torch.full((1, width), draft.mask_token_id, device=device)
                         t0 = clock(device)
                         hidden = draft(draft.embed(target.get_input_embeddings(), ids), context_feats[:, -size:],
-                                       torch.arange(context - size, context + size, device=device)[None], cache=draft_cache)
-                        draft.compute_logits(hidden[0, 1:], target.get_output_embeddings()).argmax(-1).tolist()
+                                       torch.arange(context - size, context + width, device=device)[None], cache=draft_cache)
+                        draft.compute_logits(hidden[0, 1:size], target.get_output_embeddings()).argmax(-1).tolist()
                         times.append(clock(device) - t0)
                     result["draft_ms"][size] = round(statistics.median(times[2:]) * 1000, 3)
     finally:
@@ -216,3 +217,34 @@ def forward_costs(engine: Engine, context: int = 128, sizes=(1, 2, 4, 8, 16), re
         cost = result["verify_ms"][size] + result["draft_ms"].get(size, 0.0)
         result["cycle_in_plain_steps"][size] = round(cost / step, 3) if step else 0.0
     return result
+
+
+def acceptance_runs(engine: Engine, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[int], list[int]]:
+    """The greedy reply, and for each generated position p the number of drafts the target
+    accepts from a full block anchored at p (see ``engine.replay``). One target forward gives the
+    features of every position; the draft then runs once per position on its exact context."""
+    import torch
+
+    from .features import target_features
+
+    models = engine.models
+    target, draft, device = models.target, models.draft, models.device
+    if draft is None:
+        raise InvalidRequestError("acceptance runs need a draft model")
+    sampling = engine.check_request(prompt_ids, SamplingConfig(max_new_tokens=max_new_tokens))
+    finished, _ = run_dflash(engine, prompt_ids, replace(sampling, block_size=1), None)
+    reply = list(finished.token_ids)
+    sequence = list(prompt_ids) + reply
+    block = draft.block_size
+    runs = []
+    with torch.inference_mode():
+        features, _ = target_features(target, torch.tensor([sequence], device=device), draft.target_layer_ids)
+        embed, head = target.get_input_embeddings(), target.get_output_embeddings()
+        for position in range(len(prompt_ids), len(sequence) - 1):
+            ids = torch.tensor([[sequence[position]] + [draft.mask_token_id] * (block - 1)], device=device)
+            hidden = draft(draft.embed(embed, ids), features[:, :position].to(embed.weight.dtype),
+                           torch.arange(0, position + block, device=device)[None], cache=None)
+            proposals = draft.compute_logits(hidden[0, 1:], head).argmax(-1).tolist()
+            truth = sequence[position + 1 : position + block]
+            runs.append(next((k for k, (a, b) in enumerate(zip(proposals, truth)) if a != b), len(truth)))
+    return reply, runs

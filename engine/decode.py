@@ -157,16 +157,22 @@ def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, 
 
 
 def propose(draft, target, draft_cache, pending, anchor, start, block):
-    """One draft forward on [anchor, MASK*(block-1)] with the new context features.
-    Returns the block-1 argmax proposals and their logits [block-1, V]."""
+    """One draft forward on [anchor, MASK*...] with the new context features. Returns the
+    block-1 argmax proposals and their logits [block-1, V].
+
+    A smaller block than the draft's own (fallback's reduced mode, the last block, a user's
+    choice) still drafts the full trained block and verifies only its first slots: the mask
+    slots attend to each other, so a shorter block of masks is a layout the draft never saw
+    (measured on the tiny coder: block 4 gave τ 2.32 that way against 2.57 from a full block)."""
     context = torch.cat(pending, dim=1)
     device = context.device
-    block_ids = torch.full((1, block), draft.mask_token_id, dtype=torch.long, device=device)
+    width = max(block, draft.block_size)
+    block_ids = torch.full((1, width), draft.mask_token_id, dtype=torch.long, device=device)
     block_ids[0, 0] = anchor
     noise = draft.embed(target.get_input_embeddings(), block_ids)
-    positions = torch.arange(start - context.shape[1], start + block, device=device)[None]
+    positions = torch.arange(start - context.shape[1], start + width, device=device)[None]
     hidden = draft(noise, context.to(noise.dtype), positions, cache=draft_cache)
-    logits = draft.compute_logits(hidden[0, 1:], target.get_output_embeddings())
+    logits = draft.compute_logits(hidden[0, 1:block], target.get_output_embeddings())
     return logits.argmax(dim=-1).tolist(), logits
 
 

@@ -42,3 +42,19 @@ def test_default_generate_json_uses_the_embedded_pair(capsys):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["model"] == "tiny-coder"
     assert len(result["token_ids"]) == 1 + sum(result["acceptance_lengths"])
+
+
+def test_replayed_acceptance_reproduces_the_engine_at_every_fixed_block(engine):
+    """acceptance_runs + replay (the model of censoring behind fallback tuning) against real cycles."""
+    from engine.bench import acceptance_runs
+    from engine.fallback import FixedPolicy
+    from engine.replay import replay
+
+    ids = engine.encode("Write a function that returns the squares of a list of numbers.")
+    reply, runs = acceptance_runs(engine, ids, 48)
+    costs = {b: (1.0, 2.0) for b in range(1, 9)}
+    for block in (8, 4, 2):
+        finished = list(engine.generate(ids, SamplingConfig(max_new_tokens=48, block_size=block), slot_details=False))[-1]
+        assert list(finished.token_ids) == reply
+        assert replay(runs, FixedPolicy(block), costs).taus == finished.acceptance_lengths
+    assert max(runs) == 7  # some blocks are fully accepted: the runs are not trivially short

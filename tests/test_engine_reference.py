@@ -32,10 +32,11 @@ def naive_dflash(target, draft, prompt, max_new_tokens, block_size, stop_ids=())
     while start + 1 < max_length and not stopped:
         b = min(block_size, max_length - start)
         _, feats = run_target(ids[:start])  # features of every committed position before the anchor
-        block = torch.tensor([[ids[start]] + [draft.mask_token_id] * (b - 1)])
+        width = max(b, draft.block_size)  # a smaller block still drafts the draft's own block, verifies b
+        block = torch.tensor([[ids[start]] + [draft.mask_token_id] * (width - 1)])
         noise = draft.embed(target.get_input_embeddings(), block)
-        hidden = draft(noise, feats, torch.arange(0, start + b)[None], cache=None)
-        proposals = draft.compute_logits(hidden[0, 1:], target.get_output_embeddings()).argmax(-1).tolist()
+        hidden = draft(noise, feats, torch.arange(0, start + width)[None], cache=None)
+        proposals = draft.compute_logits(hidden[0, 1:b], target.get_output_embeddings()).argmax(-1).tolist()
         logits, _ = run_target(ids[: start + 1] + proposals)
         posterior = logits[start:].argmax(-1).tolist()
         acc = 0

@@ -1,0 +1,57 @@
+"""Replaying block-size policies on recorded acceptance (pure): censoring, the shrunk last
+block, modelled time, and the fallback policy on the shipped pair's real acceptance runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.config import FallbackConfig
+from engine.fallback import FixedPolicy
+from engine.replay import compare, fill_costs, replay
+
+COSTS = {1: (0.0, 10.0), 2: (4.0, 12.0), 8: (4.0, 16.0)}
+
+
+def test_fill_costs_interpolates_every_block_and_needs_a_plain_step():
+    costs = fill_costs(COSTS, 8)
+    assert costs[1] == (0.0, 10.0) and costs[8] == (4.0, 16.0)
+    assert costs[5] == (4.0, pytest.approx(14.0))
+    with pytest.raises(ValueError, match="block 1"):
+        fill_costs({8: (4.0, 16.0)}, 8)
+
+
+def test_replay_censors_at_the_block_and_shrinks_the_last_block():
+    runs = [7] * 20  # 21 tokens: the draft is always right
+    full = replay(runs, FixedPolicy(8), fill_costs(COSTS, 8))
+    assert full.taus == (8, 8, 4) and full.tokens == 20  # 20 after the prefill's token; last block of 5
+    assert replay(runs, FixedPolicy(4), fill_costs(COSTS, 8)).taus == (4,) * 5
+    costs = fill_costs(COSTS, 8)
+    wrong = replay([0] * 10, FixedPolicy(8), costs)
+    assert wrong.taus == (1,) * 10
+    assert wrong.ms == pytest.approx(sum(sum(costs[min(8, 11 - p)]) for p in range(10)))  # blocks shrink at the end
+
+
+def test_compare_models_speedup_against_plain_decoding():
+    runs = [[7] * 40, [0] * 40]
+    result = compare(runs, {"plain": 1, "b8": 8, "fallback": FallbackConfig()}, 8, COSTS)
+    assert result["plain"] == {"mean_tau": 1.0, "speedup": 1.0, "cycles": 80}
+    assert result["b8"]["speedup"] < result["fallback"]["speedup"]  # the second reply never pays
+
+
+RUNS = Path(__file__).parent / "data" / "tiny_coder_runs.json"
+
+
+def test_fallback_on_the_shipped_pair_keeps_up_with_fixed_blocks_and_helps_where_drafting_fails():
+    """Real acceptance runs of the embedded pair (`dflash-studio bench --replay --save-runs`)."""
+    document = json.loads(RUNS.read_text())
+    costs = {int(b): tuple(c) for b, c in document["costs"].items()}
+    block = document["block_size"]
+    result = compare(document["runs"], {"fixed": block, "fallback": FallbackConfig()}, block, costs)
+    assert result["fallback"]["speedup"] >= 0.97 * result["fixed"]["speedup"]
+    # where drafting does not pay (the target accepts nothing), fallback turns it off
+    hopeless = [[0] * 95 for _ in range(4)]
+    result = compare(hopeless, {"fixed": block, "fallback": FallbackConfig()}, block, costs)
+    assert result["fixed"]["speedup"] < 0.6 and result["fallback"]["speedup"] > 0.75

@@ -63,7 +63,8 @@ def run(args) -> int:
         print(json.dumps(summary, ensure_ascii=False))
         return 0
     ar, df = summary["ar"], summary["dflash"]
-    print(f"\n{summary['model']} on {summary['device']}, block {summary['block_size']}, T={summary['temperature']}, "
+    threads = f" ({summary['threads']} thread{'s' * (summary['threads'] != 1)})" if summary.get("threads") else ""
+    print(f"\n{summary['model']} on {summary['device']}{threads}, block {summary['block_size']}, T={summary['temperature']}, "
           f"{summary['max_new_tokens']} new tokens, {summary['prompts']} prompts")
     print(f"plain ({ar['path']}): {ar['tokens']} tok in {ar['seconds']:.2f} s = {ar['tokens_per_s']:.1f} tok/s")
     print(f"DFlash: {df['tokens']} tok in {df['seconds']:.2f} s = {df['tokens_per_s']:.1f} tok/s")

@@ -150,7 +150,7 @@ def summarize(result: BenchResult, sampling: SamplingConfig, block: int, engine:
                   per_position_acceptance=[round(a / d, 4) if d else 0.0 for a, d in result.position_hits],
                   tau_histogram={str(t): result.taus.count(t) for t in range(1, block + 1)})
     return {
-        "model": engine.name, "device": engine.models.device.type, "block_size": block,
+        "model": engine.name, "device": engine.models.device.type, "threads": _threads(engine), "block_size": block,
         "temperature": sampling.temperature, "max_new_tokens": sampling.max_new_tokens,
         "prompts": len(result.rows),
         "identical": sum(r["identical"] for r in result.rows),
@@ -158,6 +158,12 @@ def summarize(result: BenchResult, sampling: SamplingConfig, block: int, engine:
         "speedup": round(df["tokens_per_s"] / ar["tokens_per_s"], 3) if ar["tokens_per_s"] else 0.0,
         "ar": ar, "hf_generate": hf, "block1": b1, "dflash": dflash, "per_prompt": result.rows,
     }
+
+
+def _threads(engine: Engine) -> int | None:
+    import torch
+
+    return torch.get_num_threads() if engine.models.device.type == "cpu" else None
 
 
 def forward_costs(engine: Engine, context: int = 128, sizes=(1, 2, 4, 8, 16), repeats: int = 20) -> dict:

@@ -3,6 +3,7 @@ the Gradio app on loopback, the model loading in the background, sessions in SQL
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -38,9 +39,9 @@ def _add_app_options(parser) -> None:
                         help="offer every DIR/<name>/ holding target/ (and draft/) in the model picker")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="default reply length (default 256)")
     parser.add_argument("--block-size", type=int, help="default block size (default: the draft's)")
-    parser.add_argument("--fallback", action="store_true",
-                        help="start with dynamic fallback switched on (off by default: on the embedded pair a fixed "
-                             "block 8 measured faster, 2.13x vs 1.84x)")
+    parser.add_argument("--fallback", action=argparse.BooleanOptionalAction, default=True,
+                        help="start with dynamic fallback on (the default; on the embedded pair it is as fast as a "
+                             "fixed block 8 at greedy, 2.13x both, and faster at T=0.7, 0.80x vs 0.69x)")
     add_model_options(parser)
 
 

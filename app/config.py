@@ -39,7 +39,7 @@ class AppConfig:
     models_dir: Path | None = None  # each subfolder with target/ and draft/ is offered in the model picker
     max_new_tokens: int = 256
     block_size: int | None = None
-    fallback: bool = False  # dynamic fallback starts off; the toggle turns it on
+    fallback: bool = True  # dynamic fallback starts on (as fast as fixed blocks at greedy, faster at T > 0); the toggle turns it off
     open_browser: bool = True
     auth: tuple[str, str] | None = None
     flush_interval_s: float = 1.0

@@ -43,7 +43,7 @@ class Defaults:
     block_size: int | None = None  # None: the draft's own block size
     temperature: float = 0.0
     top_p: float = 1.0
-    fallback: bool = False  # dynamic fallback starts off; the toggle turns it on
+    fallback: bool = True  # dynamic fallback starts on; the toggle turns it off
     show_rejected: bool = True
     max_block_size: int = 16
 

@@ -231,7 +231,9 @@ def acceptance_runs(engine: Engine, prompt_ids: list[int], max_new_tokens: int) 
     features of every position; the draft then runs once per position on its exact context."""
     import torch
 
+    from .decode import propose
     from .features import target_features
+    from .sampling import leading_matches
 
     models = engine.models
     target, draft, device = models.target, models.draft, models.device
@@ -241,16 +243,12 @@ def acceptance_runs(engine: Engine, prompt_ids: list[int], max_new_tokens: int) 
     finished, _ = run_dflash(engine, prompt_ids, replace(sampling, block_size=1), None)
     reply = list(finished.token_ids)
     sequence = list(prompt_ids) + reply
-    block = draft.block_size
     runs = []
     with torch.inference_mode():
         features, _ = target_features(target, torch.tensor([sequence], device=device), draft.target_layer_ids)
-        embed, head = target.get_input_embeddings(), target.get_output_embeddings()
         for position in range(len(prompt_ids), len(sequence) - 1):
-            ids = torch.tensor([[sequence[position]] + [draft.mask_token_id] * (block - 1)], device=device)
-            hidden = draft(draft.embed(embed, ids), features[:, :position].to(embed.weight.dtype),
-                           torch.arange(0, position + block, device=device)[None], cache=None)
-            proposals = draft.compute_logits(hidden[0, 1:], head).argmax(-1).tolist()
-            truth = sequence[position + 1 : position + block]
-            runs.append(next((k for k, (a, b) in enumerate(zip(proposals, truth)) if a != b), len(truth)))
+            # no draft cache: the whole context [0, position) is "new" for this one proposal
+            proposals, _ = propose(draft, target, None, [features[:, :position]], sequence[position], position,
+                                   draft.block_size)
+            runs.append(leading_matches(proposals, sequence[position + 1 : position + draft.block_size]))
     return reply, runs

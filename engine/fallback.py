@@ -110,14 +110,12 @@ class SizeWindow:
 
     window: int
     accepted: deque = field(init=False)
-    cost_ms: deque = field(init=False)
     draft_ms: deque = field(init=False)
     verify_ms: deque = field(init=False)
     last_cycle: int = 0  # when acceptance was last recorded here (to find the freshest source)
 
     def __post_init__(self) -> None:
         self.accepted = deque(maxlen=self.window)
-        self.cost_ms = deque(maxlen=self.window)
         self.draft_ms = deque(maxlen=self.window)
         self.verify_ms = deque(maxlen=self.window)
 
@@ -134,7 +132,6 @@ class RollingStats:
         self.cycles += 1
         stats = self.sizes.setdefault(block_size, SizeWindow(self.window))
         stats.accepted.append(accepted)
-        stats.cost_ms.append(draft_ms + verify_ms)
         stats.draft_ms.append(draft_ms)
         stats.verify_ms.append(verify_ms)
         stats.last_cycle = self.cycles
@@ -160,11 +157,11 @@ class RollingStats:
 
     def cost(self, block_size: int) -> float | None:
         """Mean cycle cost (ms) at ``block_size``: measured, else the prior (module docstring)."""
-        measured = {b: s for b, s in self.sizes.items() if s.cost_ms}
+        measured = {b: s for b, s in self.sizes.items() if s.verify_ms}
         if not measured:
             return None
         if block_size in measured:
-            return _mean(measured[block_size].cost_ms)
+            return _mean(measured[block_size].draft_ms) + _mean(measured[block_size].verify_ms)
         verify = {b: _mean(s.verify_ms) for b, s in measured.items()}
         if 1 not in verify:
             verify[1] = verify[max(verify)] / VERIFY_STEPS_PRIOR
@@ -232,7 +229,6 @@ class AdaptivePolicy:
         self._cycles_below_full = 0  # counts towards the next probe
         self._probe_wait = config.probe_every  # doubles after each probe that fails, up to probe_every_max
         self._probe_left = 0  # > 0 while probing full size
-        self._probe_from = self.full  # the mode a probe returns to if full does not beat it
 
     @property
     def block_size(self) -> int:
@@ -295,7 +291,6 @@ class AdaptivePolicy:
     # --- probes -------------------------------------------------------------------------------
 
     def _start_probe(self) -> FallbackDecision:
-        self._probe_from = self._block
         self._probe_left = max(1, self.config.probe_cycles)
         self.stats.forget_acceptance(self.full)  # those samples are what sent us down
         reason = (

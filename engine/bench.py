@@ -15,26 +15,48 @@ from .runtime import Engine
 
 @dataclass(frozen=True)
 class BenchPrompt:
-    prompt: str
+    prompt: str | tuple[dict, ...]  # text, or chat messages ({"role", "content"})
     raw: bool = False  # raw text (code completion) instead of the chat template
     name: str = ""
 
+    @property
+    def label(self) -> str:
+        """The prompt as one line of text for reports (the last message of a conversation)."""
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[-1]["content"]
+
+
+PROMPT_FORMAT = ("each line must be a JSON object with a 'prompt' string (optional 'kind': 'complete' or "
+                 "'raw': true for code completion, 'name') or a 'messages' list of {role, content}")
+
 
 def read_prompts(path: str | Path) -> list[BenchPrompt]:
+    """JSON lines: ``{"prompt": str, "kind"?: "complete"|"chat", "raw"?: bool, "name"?: str}`` or
+    ``{"messages": [{"role", "content"}, ...], "name"?: str}`` (a chat conversation)."""
     prompts = []
     for number, line in enumerate(Path(path).read_text().splitlines(), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-            text = row["prompt"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise InvalidRequestError(f"{path}:{number}: each line must be a JSON object with a 'prompt' field ({exc})") from exc
-        raw = bool(row.get("raw", row.get("kind") == "complete"))
-        prompts.append(BenchPrompt(text, raw, str(row.get("name", row.get("id", number)))))
+            prompts.append(parse_prompt(row, number))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise InvalidRequestError(f"{path}:{number}: {PROMPT_FORMAT} ({exc})") from exc
     if not prompts:
         raise InvalidRequestError(f"{path} holds no prompts")
     return prompts
+
+
+def parse_prompt(row: dict, number: int) -> BenchPrompt:
+    name = str(row.get("name", row.get("id", number)))
+    if "messages" in row:
+        messages = tuple({"role": str(m["role"]), "content": str(m["content"])} for m in row["messages"])
+        if not messages or messages[-1]["role"] != "user":
+            raise ValueError("the last message must be the user's")
+        return BenchPrompt(messages, False, name)
+    text = row["prompt"]
+    if not isinstance(text, str) or not text:
+        raise ValueError("'prompt' must be a non-empty string")
+    return BenchPrompt(text, bool(row.get("raw", row.get("kind") == "complete")), name)
 
 
 def loop_coverage(tokens: list[int], min_span: int = 8) -> float:
@@ -115,7 +137,7 @@ def bench(engine: Engine, prompts: list[BenchPrompt], sampling: SamplingConfig,
         identical = list(df.token_ids) == list(ar.token_ids) == hf_ids
         plain_tps = max(len(hf_ids) / hf_s if hf_s else 0.0, ar.tokens_per_s)
         row = {
-            "name": item.name, "prompt": item.prompt[:80], "raw": item.raw,
+            "name": item.name, "prompt": item.label[:80], "raw": item.raw,
             "tokens": df.new_tokens, "hf_tokens_per_s": round(len(hf_ids) / hf_s, 3) if hf_s else 0.0,
             "block1_tokens_per_s": round(ar.tokens_per_s, 3), "dflash_tokens_per_s": round(df.tokens_per_s, 3),
             "speedup": round(df.tokens_per_s / plain_tps, 3) if plain_tps else 0.0,

@@ -157,12 +157,13 @@ def test_cli_generate_json(pair, capsys):
 def test_cli_bench_json(pair, tmp_path, capsys):
     target_dir, draft_dir, *_ = pair
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text('{"prompt": "def add(a, b):", "kind": "complete"}\n{"prompt": "class Stack:", "kind": "complete"}\n')
+    prompts.write_text('{"prompt": "def add(a, b):", "kind": "complete"}\n{"prompt": "class Stack:", "kind": "complete"}\n'
+                       '{"messages": [{"role": "user", "content": "Add two numbers."}]}\n')
     code = main(["bench", "--target", str(target_dir), "--draft", str(draft_dir), "--prompts", str(prompts),
                  "--max-new-tokens", "16", "--json"])
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["prompts"] == 2 and result["identical"] == 2
+    assert result["prompts"] == 3 and result["identical"] == 3
     assert {"tokens", "seconds", "tokens_per_s"} <= set(result["ar"]) and {"tokens", "seconds", "tokens_per_s"} <= set(result["dflash"])
     assert "mean_acceptance_length" in result["dflash"] and "per_position_acceptance" in result["dflash"]
     assert result["speedup"] > 0

@@ -333,7 +333,7 @@ def fill_pool(pool: SequencePool, path: Path, target, tokenizer, prompts, cfg, s
     todo = prompts[len(pool):]
     if not todo:
         return
-    t0 = time.time()
+    t0, tokens_before = time.time(), pool.new_tokens()
     bar = Progress(bar_desc, enabled=True, initial=len(pool) / max(1, len(prompts)))
     governor = ThreadGovernor(torch.get_num_threads(), period=2, probe_every=4) if device.type == "cpu" else None
     for i in range(0, len(todo), cfg.gen_batch):
@@ -349,7 +349,7 @@ def fill_pool(pool: SequencePool, path: Path, target, tokenizer, prompts, cfg, s
             pool.add(s, len(p), kind)
         pool.save(path)
         dt = time.time() - t0
-        bar.update(len(pool) / len(prompts), seqs=len(pool), new_tok_s=f"{pool.new_tokens() / max(dt, 1e-6):.0f}")
+        bar.update(len(pool) / len(prompts), seqs=len(pool), new_tok_s=f"{(pool.new_tokens() - tokens_before) / max(dt, 1e-6):.0f}")
     bar.close()
     jlog.write("generate", what=bar_desc, sequences=len(pool), new_tokens=pool.new_tokens(),
                seconds=round(time.time() - t0, 1))

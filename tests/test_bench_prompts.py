@@ -1,0 +1,58 @@
+"""The benchmark's prompt files: code prefixes, chat requests, chat conversations, clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.bench import read_prompts
+from engine.errors import InvalidRequestError
+from engine.loading import assets_dir
+
+
+def write(tmp_path, *rows):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_prompts_messages_and_kinds(tmp_path):
+    path = write(tmp_path,
+                 {"name": "add", "kind": "complete", "prompt": "def add(a, b):\n"},
+                 {"prompt": "Write a function that reverses a list."},
+                 "",
+                 {"id": "conv", "messages": [{"role": "user", "content": "Sort a list."},
+                                             {"role": "assistant", "content": "sorted(xs)"},
+                                             {"role": "user", "content": "In place?"}]},
+                 {"prompt": "x = 1\n", "raw": True})
+    add, request, conversation, raw = read_prompts(path)
+    assert (add.name, add.raw, add.label) == ("add", True, "def add(a, b):\n")
+    assert (request.name, request.raw) == ("2", False)
+    assert conversation.name == "conv" and not conversation.raw
+    assert [m["role"] for m in conversation.prompt] == ["user", "assistant", "user"]
+    assert conversation.label == "In place?"
+    assert raw.raw
+
+
+@pytest.mark.parametrize("line, why", [
+    ("not json", r"prompts\.jsonl:1: "),
+    (json.dumps({"text": "def f():"}), "'prompt' string"),
+    (json.dumps({"prompt": ""}), "non-empty"),
+    (json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}), "user's"),
+    (json.dumps({"messages": [{"content": "hi"}]}), r"prompts\.jsonl:1: "),
+])
+def test_bad_lines_name_the_line_and_the_format(tmp_path, line, why):
+    with pytest.raises(InvalidRequestError, match=why):
+        read_prompts(write(tmp_path, line))
+
+
+def test_an_empty_file_is_an_error(tmp_path):
+    with pytest.raises(InvalidRequestError, match="no prompts"):
+        read_prompts(write(tmp_path, ""))
+
+
+def test_the_shipped_prompt_set_mixes_code_prefixes_and_requests():
+    prompts = read_prompts(assets_dir() / "prompts" / "code.jsonl")
+    assert len(prompts) == 25 and len({p.name for p in prompts}) == 25
+    assert sum(p.raw for p in prompts) == 13

@@ -567,6 +567,20 @@ class SessionStore:
                 session_ids.append(self._insert_imported_session(db, session, now))
         return session_ids
 
+    def fork_session(self, session_id: int, before_seq: int, title: str | None = None) -> int:
+        """A new session holding copies of this one's messages (with their cycles and settings)
+        before sequence number ``before_seq``; the original is left as it is. Editing an earlier
+        message continues in such a copy, so the later messages stay where they were."""
+        with self._lock:
+            original = self.get_session(session_id)
+            [session] = self._export_sessions("id = ?", [session_id])
+            now = self._now()
+            copy = {**session, "uuid": uuid.uuid4().hex, "created_at": now, "updated_at": now,
+                    "title": self._check_title(title or f"{original['title']} (edited)"),
+                    "messages": [m for m in session["messages"] if m["seq"] < before_seq]}
+            with self._write() as db:
+                return self._insert_imported_session(db, copy, now)
+
     def _insert_imported_session(self, db: sqlite_utils.Database, session: dict, now: str) -> int:
         session_id = db.table("sessions").insert({
             "uuid": session["uuid"], "title": session["title"] or DEFAULT_TITLE,

@@ -261,6 +261,25 @@ def test_delete_messages_after_removes_later_messages_and_their_cycles_and_reuse
     assert store.get_message(store.add_message(session_id, "user", "q2 edited"))["seq"] == 3
 
 
+def test_fork_copies_the_messages_before_a_point_with_cycles_and_leaves_the_original(store):
+    session_id = store.create_session("Sorting", settings={"block_size": 4})
+    store.add_message(session_id, "user", "q1", kind="chat")
+    first_reply = store.start_reply(session_id)
+    store.save_reply(first_reply, content="a1", status="complete", cycles=[make_cycle(1), make_cycle(2, 8, 0)])
+    store.add_message(session_id, "user", "q2")
+    before = store.export_session(session_id)["sessions"]
+    copy = store.fork_session(session_id, 3)
+    assert store.export_session(session_id)["sessions"] == before
+    forked = store.get_session(copy)
+    assert forked["title"] == "Sorting (edited)" and forked["settings"] == {"block_size": 4}
+    kept = store.get_messages(copy)
+    assert [(m["seq"], m["role"], m["content"]) for m in kept] == [(1, "user", "q1"), (2, "assistant", "a1")]
+    assert store.get_cycles(kept[1]["id"]) == store.get_cycles(first_reply)
+    assert store.fork_session(session_id, 1, title="Empty copy") != copy
+    with pytest.raises(SessionNotFound):
+        store.fork_session(10_000, 1)
+
+
 # -- cycles --
 
 

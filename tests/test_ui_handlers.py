@@ -144,14 +144,64 @@ def test_edit_and_resend_the_last_user_message(ctx, engine):
     assert engine.calls[-1]["prompt_ids"] == engine.encode([{"role": "user", "content": "first <edited>"}])
 
 
-def test_only_the_last_user_message_can_be_edited(ctx, engine):
-    session_id, _ = send(ctx, "a")
-    run(ctx, session_id)
-    send(ctx, "b", session_id)
+def test_editing_an_earlier_message_continues_in_a_copy_and_keeps_the_original(ctx, engine):
+    engine.enqueue("A1", "A2", "A1 again")
+    original, _ = send(ctx, "Q1")
+    run(ctx, original)
+    send(ctx, "Q2", original)
+    run(ctx, original)
+    before = messages(ctx, original)
+    ids = [m["id"] for m in ctx.store.get_messages(original)]
+    view = h.edit_message(ctx, original, ids, SimpleNamespace(index=0, value="Q1 &amp; more"))
+    copy = view[0]
+    assert copy != original and view[1] == copy  # the page switches to the copy
+    assert view[2][-1] == {"role": "assistant", "content": "…"} and len(view[3]) == 1
+    assert messages(ctx, original) == before  # nothing typed is lost
+    assert messages(ctx, copy) == [("user", "complete", "Q1 & more")]
+    assert ctx.store.get_session(copy)["title"].endswith("(edited)")
+    run(ctx, copy)
+    assert engine.calls[-1]["prompt_ids"] == engine.encode([{"role": "user", "content": "Q1 & more"}])
+    assert [m[2] for m in messages(ctx, copy)] == ["Q1 & more", "A1 again"]
+
+
+def test_editing_keeps_the_replies_and_cycles_before_the_edited_message(ctx, engine):
+    engine.enqueue(FakeReply("def f():\n    pass\n", accept=(3, 1, 2)), "A2", "A3")
+    original, _ = send(ctx, "Q1")
+    run(ctx, original)
+    send(ctx, "Q2", original)
+    run(ctx, original)
+    send(ctx, "Q3", original)
+    run(ctx, original)
+    ids = [m["id"] for m in ctx.store.get_messages(original)]
+    copy = h.edit_message(ctx, original, ids, SimpleNamespace(index=2, value="Q2 edited"))[0]
+    kept = ctx.store.get_messages(copy)
+    assert [(m["role"], m["content"]) for m in kept] == [("user", "Q1"), ("assistant", "def f():\n    pass\n"),
+                                                         ("user", "Q2 edited")]
+    first_reply = ctx.store.get_messages(original)[1]["id"]
+    strip = lambda cycles: [{k: v for k, v in c.items() if k not in ("id", "message_id")} for c in cycles]
+    assert strip(ctx.store.get_cycles(kept[1]["id"])) == strip(ctx.store.get_cycles(first_reply))
+
+
+def test_an_edited_completion_keeps_only_the_code(ctx, engine):
+    session_id = h.submit_completion(ctx, None, "def f(x):\n", *CONTROLS)[0]
     run(ctx, session_id)
     ids = [m["id"] for m in ctx.store.get_messages(session_id)]
-    with pytest.raises(gr.Error, match="Only the last message"):
-        h.edit_message(ctx, session_id, ids, SimpleNamespace(index=0, value="changed"))
+    shown = h.chat_history(ctx, session_id)[0][0]["content"]
+    edited = shown.replace("def f(x):", "def g(y):")
+    h.edit_message(ctx, session_id, ids, SimpleNamespace(index=0, value=edited))
+    assert ctx.store.get_messages(session_id)[0]["content"] == "def g(y):\n"
+
+
+def test_assistant_messages_and_stale_rows_cannot_be_edited(ctx, engine):
+    session_id, _ = send(ctx, "a")
+    run(ctx, session_id)
+    ids = [m["id"] for m in ctx.store.get_messages(session_id)]
+    with pytest.raises(gr.Error, match="Only your own messages"):
+        h.edit_message(ctx, session_id, ids, SimpleNamespace(index=1, value="changed"))
+    with pytest.raises(gr.Error, match="not in this session"):
+        h.edit_message(ctx, session_id, ids, SimpleNamespace(index=5, value="changed"))
+    with pytest.raises(gr.Error, match="empty"):
+        h.edit_message(ctx, session_id, ids, SimpleNamespace(index=0, value="  "))
 
 
 def test_the_conversation_so_far_is_the_prompt(ctx, engine):

@@ -433,28 +433,53 @@ def regenerate(ctx: UIContext, session_id: int | None) -> tuple:
 
 
 def edit_message(ctx: UIContext, session_id: int | None, message_ids: list[int], evt: gr.EditData) -> tuple:
-    """Edit-and-resend: the last user message gets the new text, later messages go."""
+    """Edit-and-resend; returns the session view (``layout.VIEW``) with a pending reply.
+
+    The last user message is changed in place and answered again. An earlier one continues in a
+    copy of the session up to that message (the original keeps everything after it: nothing a
+    user typed is lost), and the page switches to the copy."""
     index = evt.index if isinstance(evt.index, int) else evt.index[0]
-    value = evt.value
-    if isinstance(value, list):  # structured content parts
-        value = "".join(part.get("text", "") for part in value if isinstance(part, dict))
-    text = html.unescape(str(value or ""))
     if session_id is None or not 0 <= index < len(message_ids):
         raise gr.Error("That message is not in this session any more; reload the page.")
     messages = ctx.store.get_messages(session_id)
     users = [m for m in messages if m["role"] == "user"]
-    if not users or users[-1]["id"] != message_ids[index]:
-        raise gr.Error("Only the last message you sent can be edited and resent.")
+    edited = next((m for m in users if m["id"] == message_ids[index]), None)
+    if edited is None:
+        raise gr.Error("Only your own messages can be edited.")
+    text = edited_text(evt.value, edited["kind"])
     if not text.strip():
         raise gr.Error("The edited message is empty.")
     if messages[-1]["role"] == "assistant" and messages[-1]["status"] == "streaming":
         raise gr.Error("A reply is still being generated: stop it first.")
-    last = users[-1]
-    ctx.store.update_message(last["id"], content=text)
-    ctx.store.delete_messages_after(session_id, last["seq"])
+    try:
+        if edited["id"] == users[-1]["id"]:
+            ctx.store.update_message(edited["id"], content=text)
+            ctx.store.delete_messages_after(session_id, edited["seq"])
+        else:
+            session_id = ctx.store.fork_session(session_id, edited["seq"])
+            ctx.store.add_message(session_id, "user", text, kind=edited["kind"], settings=edited["settings"])
+            gr.Info("You edited an earlier message: the conversation continues in a copy of this session "
+                    "(the original keeps the later messages).")
+    except STORE_ERRORS as exc:
+        raise gr.Error(f"Could not save the edit: {exc}") from None
     ctx.mark_request(session_id)
-    rows, ids = chat_history(ctx, session_id)
-    return rows + [{"role": "assistant", "content": "…"}], ids
+    view = session_view(ctx, session_id)
+    return (*view[:2], view[2] + [{"role": "assistant", "content": "…"}], *view[3:])
+
+
+_CODE_FENCE = re.compile(r"```[a-z]*\n(.*)\n```\s*$", re.S)
+
+
+def edited_text(value, kind: str) -> str:
+    """The text of an edited Chatbot message: markdown parts joined, HTML entities decoded, and
+    for a Complete-mode prompt the code inside its fence."""
+    if isinstance(value, list):  # structured content parts
+        value = "".join(part.get("text", "") for part in value if isinstance(part, dict))
+    text = html.unescape(str(value or ""))
+    if kind == "complete":
+        fenced = _CODE_FENCE.search(text)
+        text = fenced.group(1) if fenced else text
+    return text
 
 
 # ============================================================================ model

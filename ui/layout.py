@@ -171,7 +171,7 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     def show_reply(message_ids, evt: gr.SelectData):
         return h.show_reply(ctx, message_ids, evt)
 
-    edited = c.chat.edit(edit_message, [c.session, c.msg_ids], [c.chat, c.msg_ids], api_visibility="undocumented")
+    edited = c.chat.edit(edit_message, [c.session, c.msg_ids], view, api_visibility="undocumented")
     then_respond(edited)
     c.chat.select(show_reply, [c.msg_ids], reply_figures, api_visibility="undocumented")
 

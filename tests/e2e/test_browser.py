@@ -111,6 +111,28 @@ def test_sessions_switch_and_survive_a_reload(page, fake_app):
     assert page.locator(f"{TOKENS}").count() > 0  # the shown session's last reply, from the database
 
 
+def test_editing_an_earlier_message_continues_in_a_copy_of_the_session(page, fake_app):
+    studio, engine, _ = fake_app
+    engine.enqueue("Answer one.", "Answer two.", "Answer to the edit.")
+    page.click("#new-session")
+    send(page, "question to edit later")
+    wait_replies(page, 1)
+    send(page, "a later question")
+    wait_replies(page, 2)
+    original = studio.store.list_sessions()[0]["id"]
+    chat = page.locator("#chat")
+    chat.get_by_text("question to edit later").hover()
+    chat.get_by_role("button", name="Edit").first.click()
+    page.fill("#chat textarea.edit-textarea", "question, edited")
+    chat.get_by_role("button", name="Submit").first.click()
+    page.wait_for_function("document.querySelector('#chat').innerText.includes('Answer to the edit.')")
+    assert "a later question" not in chat.inner_text()  # the copy ends at the edited message
+    page.wait_for_function("document.querySelector('#session-list').innerText.includes('(edited)')")
+    kept = [(m["role"], m["content"]) for m in studio.store.get_messages(original)]
+    assert kept == [("user", "question to edit later"), ("assistant", "Answer one."),
+                    ("user", "a later question"), ("assistant", "Answer two.")]
+
+
 def test_delete_asks_for_confirmation_then_removes_the_session(page, fake_app):
     studio, engine, _ = fake_app
     engine.enqueue("Doomed answer.")

@@ -49,8 +49,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     import_parser.add_argument("file", metavar="FILE", help="a file written by `sessions export` ('-': stdin)")
     import_parser.set_defaults(func=_guarded(import_sessions))
 
-    delete_parser = commands.add_parser("delete", parents=[database], help="delete a session and its messages")
-    delete_parser.add_argument("session_id", type=int, metavar="ID")
+    delete_parser = commands.add_parser("delete", parents=[database],
+                                        help="delete a session (or --all) with its messages, unrecoverably")
+    target = delete_parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("session_id", type=int, nargs="?", metavar="ID")
+    target.add_argument("--all", action="store_true", help="every session")
     delete_parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     delete_parser.set_defaults(func=_guarded(delete_session))
 
@@ -201,10 +204,15 @@ def import_sessions(args: argparse.Namespace) -> int:
 def delete_session(args: argparse.Namespace) -> int:
     store = _open_existing(args)
     if store is None:
-        return _fail(f"session {args.session_id} does not exist ({_db_path(args)} does not exist)")
+        what = "there are no sessions" if args.all else f"session {args.session_id} does not exist"
+        return _fail(f"{what} ({_db_path(args)} does not exist)")
     with store:
-        session = store.get_session(args.session_id)
-        description = f"session {session['id']} {session['title']!r} ({session['message_count']} messages)"
+        if args.all:
+            count = store.count_sessions()
+            description = f"all {count} session{'s' * (count != 1)}"
+        else:
+            session = store.get_session(args.session_id)
+            description = f"session {session['id']} {session['title']!r} ({session['message_count']} messages)"
         if not args.yes:
             if sys.stdin is None or not sys.stdin.isatty():
                 return _fail(f"not deleting {description} without confirmation; pass --yes")
@@ -212,6 +220,9 @@ def delete_session(args: argparse.Namespace) -> int:
             if answer not in ("y", "yes"):
                 print("nothing deleted")
                 return 1
-        store.delete_session(args.session_id)
+        if args.all:
+            store.delete_all_sessions()
+        else:
+            store.delete_session(args.session_id)
     print(f"deleted {description}")
     return 0

@@ -120,6 +120,8 @@ class SessionStore:
     def _configure(self, synchronous: str) -> None:
         self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         self._db.execute("PRAGMA foreign_keys = ON")
+        # Deleted text is overwritten, not left in free pages (see ``_forget``).
+        self._db.execute("PRAGMA secure_delete = ON")
         if self.path != MEMORY:
             self._db.enable_wal()
         self._db.execute(f"PRAGMA synchronous = {synchronous}")
@@ -277,10 +279,29 @@ class SessionStore:
             self._touch_session(db, session_id, self._now(), model=model)
 
     def delete_session(self, session_id: int) -> None:
-        """Delete a session with its messages and their cycles."""
+        """Delete a session with its messages and their cycles; the text is really gone from the
+        file afterwards (``_forget``)."""
         with self._write() as db:
             if db.execute("DELETE FROM sessions WHERE id = ?", [session_id]).rowcount == 0:
                 raise SessionNotFound(f"session {session_id} does not exist")
+        self._forget()
+
+    def delete_all_sessions(self) -> int:
+        """Delete every session (messages and cycles too); returns how many there were."""
+        with self._write() as db:
+            deleted = db.execute("DELETE FROM sessions").rowcount
+        self._forget()
+        return deleted
+
+    def _forget(self) -> None:
+        """Make deleted text unrecoverable: ``secure_delete`` zeroes the freed pages in the
+        database, and a truncating checkpoint empties the write-ahead log, which still holds the
+        old pages until then. Best effort while another connection (a running app) reads."""
+        if self.path == MEMORY:
+            return
+        with self._lock:
+            self._check_open()
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     # -- messages --
 

@@ -280,6 +280,29 @@ def test_fork_copies_the_messages_before_a_point_with_cycles_and_leaves_the_orig
         store.fork_session(10_000, 1)
 
 
+def _file_bytes(path: Path) -> bytes:
+    return b"".join(f.read_bytes() for f in (path, path.with_name(path.name + "-wal")) if f.exists())
+
+
+def test_deleted_text_is_gone_from_the_database_file_and_its_log(tmp_path):
+    path = tmp_path / "sessions.db"
+    secret, kept = "my-secret-token-7f3a9c", "a-message-to-keep-51e2"
+    with SessionStore(path) as store:
+        doomed = store.create_session("Private")
+        store.add_message(doomed, "user", secret * 20)
+        reply = store.start_reply(doomed)
+        store.save_reply(reply, content=secret, status="complete", cycles=[make_cycle(1)])
+        store.add_message(store.create_session("Keep"), "user", kept)
+        assert secret.encode() in _file_bytes(path)
+        store.delete_session(doomed)
+        assert secret.encode() not in _file_bytes(path)  # not in free pages, not in the WAL
+        assert kept.encode() in _file_bytes(path)
+        store.add_message(store.create_session("Another"), "user", secret)
+        assert store.delete_all_sessions() == 2
+        assert secret.encode() not in _file_bytes(path) and kept.encode() not in _file_bytes(path)
+        assert store.count_sessions() == 0
+
+
 # -- cycles --
 
 

@@ -131,6 +131,17 @@ def test_delete_needs_confirmation_unless_yes(capsys, db_path):
         assert store.database["cycles"].count == 0
 
 
+def test_delete_all_needs_confirmation_and_removes_every_session(capsys, db_path):
+    code, _, err = run(capsys, "sessions", "delete", "--all", "--db", str(db_path))
+    assert code == 2 and "not deleting all 2 sessions without confirmation" in err
+    assert run(capsys, "sessions", "delete", "--all", "--yes", "--db", str(db_path)) == (0, "deleted all 2 sessions\n", "")
+    with SessionStore(db_path) as store:
+        assert store.count_sessions() == 0 and store.database["messages"].count == 0
+    with pytest.raises(SystemExit):  # one of ID or --all is required
+        run(capsys, "sessions", "delete", "--db", str(db_path))
+    assert "one of the arguments ID --all is required" in capsys.readouterr().err
+
+
 def test_cli_leaves_a_streaming_reply_alone(capsys, db_path):
     with SessionStore(db_path) as app_store:
         reply = app_store.start_reply(1)

@@ -289,6 +289,20 @@ def test_sessions_list_switch_rename_search_delete_and_export(ctx, engine):
     assert out[1] == first  # the page moves to the remaining session
 
 
+def test_delete_all_asks_with_the_count_then_empties_the_page(ctx, engine):
+    with pytest.raises(gr.Error, match="no sessions"):
+        h.ask_delete_all(ctx)
+    engine.enqueue("r1", "r2")
+    for text in ("one", "two"):
+        session_id, _ = send(ctx, text)
+        run(ctx, session_id)
+    row, question = h.ask_delete_all(ctx)
+    assert "all 2 sessions" in question and "cannot be recovered" in question
+    out = h.confirm_delete_all(ctx)
+    assert ctx.store.count_sessions() == 0
+    assert out[1] is None and out[3] == [] and out[4] == []  # no session, empty chat
+
+
 def test_settings_are_saved_with_the_session_and_restored(ctx, engine):
     session_id, _ = send(ctx, "x")
     run(ctx, session_id)

@@ -227,6 +227,26 @@ def cancel_delete():
     return gr.Row(visible=False)
 
 
+def ask_delete_all(ctx: UIContext) -> tuple:
+    count = ctx.store.count_sessions()
+    if count == 0:
+        raise gr.Error("There are no sessions to delete.")
+    return gr.Row(visible=True), (f"Delete **all {count} session{'s' * (count != 1)}** and their messages? "
+                                  "They cannot be recovered: *Export* first to keep a copy.")
+
+
+def confirm_delete_all(ctx: UIContext) -> tuple:
+    """Every session goes, unrecoverably (the store overwrites the deleted text); running replies stop."""
+    for session in ctx.store.list_sessions(limit=None):
+        ctx.cancel(session["id"])
+    try:
+        count = ctx.store.delete_all_sessions()
+    except STORE_ERRORS as exc:
+        raise gr.Error(f"Cannot delete: {exc}") from None
+    gr.Info(f"Deleted {count} session{'s' * (count != 1)}.")
+    return (gr.Row(visible=False), *session_view(ctx, None))
+
+
 def export(ctx: UIContext, session_id: int | None):
     if session_id is None:
         raise gr.Error("No session selected.")

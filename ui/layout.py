@@ -81,6 +81,11 @@ def layout(ctx: UIContext) -> SimpleNamespace:
                 c.confirm = gr.Button("Delete", size="sm", variant="stop", elem_id="confirm-delete")
                 c.cancel = gr.Button("Keep", size="sm", elem_id="cancel-delete")
             c.export_file = gr.File(label="Export (JSON)", visible=False, elem_id="export-file", interactive=False)
+            c.delete_all = gr.Button("Delete all sessions…", size="sm", variant="secondary", elem_id="delete-all-sessions")
+            with gr.Row(visible=False, elem_id="confirm-all-row") as c.confirm_all_row:
+                c.confirm_all_text = gr.Markdown(elem_id="confirm-all-text")
+                c.confirm_all = gr.Button("Delete all", size="sm", variant="stop", elem_id="confirm-delete-all")
+                c.cancel_all = gr.Button("Keep", size="sm", elem_id="cancel-delete-all")
         # ---------------------------------------------------------------- chat, complete, teach
         with gr.Column(scale=3, min_width=480):
             with gr.Tabs():
@@ -189,6 +194,10 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     c.delete.click(h.ask_delete, [c.session], c.confirm_row, api_visibility="undocumented")
     c.confirm.click(partial(h.confirm_delete, ctx), [c.session], [c.confirm_row, *view], api_name="delete_session")
     c.cancel.click(h.cancel_delete, None, c.confirm_row, api_visibility="undocumented")
+    c.delete_all.click(partial(h.ask_delete_all, ctx), None, [c.confirm_all_row, c.confirm_all_text],
+                       api_visibility="undocumented")
+    c.confirm_all.click(partial(h.confirm_delete_all, ctx), None, [c.confirm_all_row, *view], api_name="delete_all_sessions")
+    c.cancel_all.click(h.cancel_delete, None, c.confirm_all_row, api_visibility="undocumented")
     c.export.click(partial(h.export, ctx), [c.session], c.export_file, api_name="export_session")
     c.import_file.upload(partial(h.import_sessions, ctx), [c.import_file], view, api_name="import_sessions")
 

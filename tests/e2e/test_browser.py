@@ -209,6 +209,25 @@ def test_shift_enter_adds_a_line_and_enter_sends(page, fake_app):
     assert box.input_value() == ""
 
 
+def test_delete_all_sessions_asks_first_then_empties_the_list(page, fake_app):
+    studio, engine, _ = fake_app
+    engine.enqueue("An answer to lose.")
+    send(page, "a session among many")
+    wait_replies(page, 1)
+    count = studio.store.count_sessions()
+    page.click("#delete-all-sessions")
+    page.wait_for_selector("#confirm-all-row", state="visible")
+    assert f"all {count} sessions" in page.locator("#confirm-all-text").inner_text()
+    page.click("#cancel-delete-all")
+    page.wait_for_selector("#confirm-all-row", state="hidden")
+    assert studio.store.count_sessions() == count
+    page.click("#delete-all-sessions")
+    page.click("#confirm-delete-all")
+    page.wait_for_function("!document.querySelector('#session-list').innerText.includes('a session among many')")
+    assert studio.store.count_sessions() == 0
+    assert "a session among many" not in page.locator("#chat").inner_text()
+
+
 def test_the_embedded_tiny_coder_streams_coloured_tokens(browser, tmp_path):
     """The real engine on the embedded pair (skipped until assets/models/tiny-coder is trained)."""
     import os

@@ -410,7 +410,7 @@ def test_analytics_view_export_csv_and_png(ctx, engine, tmp_path):
     from PIL import Image
 
     session_id = make_analytics_session(ctx, engine)
-    summary, over_time, histogram, positions, table = teach.analytics_view(ctx, session_id)
+    summary, over_time, histogram, positions, token_classes, table = teach.analytics_view(ctx, session_id)
     assert 'data-kind="code"' in summary and 'data-kind="prose"' in summary
     assert len(table) == 5 and [row[1] for row in table] == ["code", "prose", "code", "prose", "code"]
     assert {trace.name for trace in histogram.data} == {"code", "prose"}
@@ -419,7 +419,11 @@ def test_analytics_view_export_csv_and_png(ctx, engine, tmp_path):
     data = an.session_analytics(ctx.store, session_id)
     paths = an.export_files(data, tmp_path / "export")
     assert [p.split("session-")[-1].split("-", 1)[1] for p in paths] == [
-        "replies.csv", "summary.csv", "tau-per-reply.png", "tau-histogram.png", "acceptance-by-slot.png"]
+        "replies.csv", "summary.csv", "token-classes.csv", "tau-per-reply.png", "tau-histogram.png",
+        "acceptance-by-slot.png", "drafted-by-token-class.png"]
+    assert token_classes.data[0].type == "bar" and len(token_classes.data[0].x) == len(data.by_token_class.present())
+    rows = {r["token_class"]: r for r in csv.DictReader(io.StringIO(open(paths[2], encoding="utf-8").read()))}
+    assert sum(int(r["tokens"]) for r in rows.values()) == sum(data.by_token_class.total.values()) > 0
     replies = list(csv.DictReader(io.StringIO(open(paths[0], encoding="utf-8").read())))
     assert [r["kind"] for r in replies] == ["code", "prose", "code", "prose", "code"]
     slots = len(data.by_kind["all"].per_position_acceptance)
@@ -437,12 +441,12 @@ def test_analytics_view_export_csv_and_png(ctx, engine, tmp_path):
         figures = data.by_kind.get(kind) or data.by_region[kind.split()[-1]]
         assert int(row["cycles"]) == figures.cycles
         assert float(row["mean_tau"]) == pytest.approx(figures.mean_tau, abs=1e-4)
-    for path in paths[2:]:
+    for path in paths[3:]:
         with Image.open(path) as image:
             assert image.format == "PNG" and image.size == (900, 480)
             assert len(image.getcolors(1 << 16) or []) > 5  # drawn, not blank
     files = teach.export_analytics(ctx, session_id)
-    assert files.visible and len(files.value) == 5
+    assert files.visible and len(files.value) == 7
 
 
 def test_the_tab_builds_inside_and_outside_a_tab(ctx):

@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 
 from .render import FENCE
 from .teach_steps import first_text
+from .token_classes import CLASSES, LABELS, ClassCounts, reply_token_classes
 
 KINDS = ("code", "prose")
 KIND_COLORS = {"code": "#2e9e5b", "prose": "#d08a2e", "all": "#2f6fd6"}
@@ -174,12 +175,14 @@ class SessionAnalytics:
     replies: list[ReplyFigures]
     by_kind: dict[str, Figures]  # "code", "prose", "all": by kind of reply
     by_region: dict[str, Figures] = field(default_factory=dict)  # "code", "prose": by where each cycle landed
+    by_token_class: ClassCounts = field(default_factory=ClassCounts)  # which kinds of token the draft wrote
 
 
 def session_analytics(store, session_id: int) -> SessionAnalytics:
     session = store.get_session(session_id)
     by_kind = {"code": Figures(), "prose": Figures(), "all": Figures()}
     by_region = {"code": Figures(), "prose": Figures()}
+    token_classes = ClassCounts()
     replies = []
     for message in store.get_messages(session_id):
         if message["role"] != "assistant":
@@ -192,13 +195,14 @@ def session_analytics(store, session_id: int) -> SessionAnalytics:
         for row, region in zip(cycles, cycle_regions(text, cycles, message["kind"])):
             for target in (figures, by_kind[kind], by_kind["all"], by_region[region]):
                 target.add(int(row["block_size"]), int(row["accepted"]), int(row["tau"]))
+        token_classes.merge(reply_token_classes(text, cycles, code_mask(text, message["kind"]), message["kind"]))
         replies.append(ReplyFigures(
             message_id=message["id"], seq=message["seq"], created_at=message["created_at"], mode=message["kind"],
             kind=kind, status=message["status"], model=message["model"], new_tokens=message["new_tokens"],
             tokens_per_s=message["tokens_per_s"], code_share=share,
             preview=" ".join(text.split())[:60], figures=figures,
         ))
-    return SessionAnalytics(session_id, session["title"], replies, by_kind, by_region)
+    return SessionAnalytics(session_id, session["title"], replies, by_kind, by_region, token_classes)
 
 
 # ---------------------------------------------------------------------------- table and CSV
@@ -278,6 +282,15 @@ def summary_csv(analytics: SessionAnalytics) -> str:
     return _csv(rows)
 
 
+def token_classes_csv(analytics: SessionAnalytics) -> str:
+    """Per kind of token: how many the replies hold, how many came from accepted drafts, the share."""
+    counts = analytics.by_token_class
+    rows = [["token_class", "label", "tokens", "from_draft", "draft_share"]]
+    for cls in CLASSES:
+        rows.append([cls, LABELS[cls], counts.total[cls], counts.drafted[cls], _number(counts.share(cls))])
+    return _csv(rows)
+
+
 # ---------------------------------------------------------------------------- charts (plotly)
 
 HEIGHT = 260
@@ -336,6 +349,22 @@ def position_chart(analytics: SessionAnalytics) -> go.Figure:
 
 
 # ---------------------------------------------------------------------------- charts (PNG with Pillow)
+
+
+def token_class_chart(analytics: SessionAnalytics) -> go.Figure:
+    counts = analytics.by_token_class
+    present = counts.present()
+    fig = go.Figure()
+    fig.add_bar(x=[LABELS[c] for c in present], y=[counts.share(c) for c in present],
+                marker_color=[TOKEN_CLASS_COLORS[c] for c in present],
+                text=[f"{counts.drafted[c]}/{counts.total[c]}" for c in present], textposition="outside",
+                hovertemplate="%{x}: %{y:.0%} of the tokens came from accepted drafts (%{text})<extra></extra>")
+    return _layout(fig, "Which tokens the draft wrote (share from accepted drafts)",
+                   yaxis={"title": "from the draft", "range": [0, 1.1], "tickformat": ".0%"})
+
+
+TOKEN_CLASS_COLORS = {"whitespace": "#9aa5b1", "keyword": "#7a3fc0", "name": "#2f6fd6", "operator": "#555555",
+                      "string": "#2e9e5b", "number": "#c7651c", "comment": "#8a8a2e", "prose": "#d08a2e"}
 
 
 @dataclass
@@ -441,7 +470,7 @@ def png_chart(title: str, categories: list[str], series: list[Series], y_label: 
 
 
 def png_charts(analytics: SessionAnalytics) -> dict[str, bytes]:
-    """The three charts as PNG bytes, by file name."""
+    """The four charts as PNG bytes, by file name."""
     replies = [r for r in analytics.replies if r.figures.cycles]
     kinds = _kinds_present(analytics)
     over_time = png_chart(
@@ -461,7 +490,15 @@ def png_charts(analytics: SessionAnalytics) -> dict[str, bytes]:
                 + [None] * (longest - len(analytics.by_kind[kind].per_position_acceptance)), KIND_COLORS[kind], "line")
          for kind in [*kinds, "all"]],
         y_label="P(accepted)", y_max=1.0, percent=True)
-    return {"tau-per-reply.png": over_time, "tau-histogram.png": histogram, "acceptance-by-slot.png": positions}
+    counts = analytics.by_token_class
+    present = counts.present()
+    token_classes = png_chart(
+        "Which tokens the draft wrote", [LABELS[c] for c in present],
+        [Series("from accepted drafts", [counts.share(c) for c in present], KIND_COLORS["all"],
+                colors=[TOKEN_CLASS_COLORS[c] for c in present])],
+        y_label="from the draft", y_max=1.0, percent=True, legend=[])
+    return {"tau-per-reply.png": over_time, "tau-histogram.png": histogram, "acceptance-by-slot.png": positions,
+            "drafted-by-token-class.png": token_classes}
 
 
 def export_files(analytics: SessionAnalytics, folder: Path | None = None) -> list[str]:
@@ -469,7 +506,8 @@ def export_files(analytics: SessionAnalytics, folder: Path | None = None) -> lis
     folder = Path(folder or tempfile.mkdtemp(prefix="dflash-analytics-"))
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"session-{analytics.session_id}"
-    files = {"replies.csv": replies_csv(analytics), "summary.csv": summary_csv(analytics), **png_charts(analytics)}
+    files = {"replies.csv": replies_csv(analytics), "summary.csv": summary_csv(analytics),
+             "token-classes.csv": token_classes_csv(analytics), **png_charts(analytics)}
     paths = []
     for name, data in files.items():
         path = folder / f"{stem}-{name}"

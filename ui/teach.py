@@ -159,15 +159,15 @@ def reply_view(ctx: UIContext, message_id) -> tuple:
 
 
 def analytics_view(ctx: UIContext, session_id) -> tuple:
-    """Summary, three charts and the table of a session's replies."""
+    """Summary, four charts and the table of a session's replies."""
     if session_id is None:
-        return ('<div id="analytics-empty">No session yet.</div>', None, None, None, [])
+        return ('<div id="analytics-empty">No session yet.</div>', None, None, None, None, [])
     try:
         data = an.session_analytics(ctx.store, int(session_id))
     except STORE_ERRORS:
-        return ('<div id="analytics-empty">That session no longer exists.</div>', None, None, None, [])
+        return ('<div id="analytics-empty">That session no longer exists.</div>', None, None, None, None, [])
     return (analytics_summary_html(data), an.tau_over_time_chart(data), an.tau_histogram_chart(data),
-            an.position_chart(data), an.table_rows(data))
+            an.position_chart(data), an.token_class_chart(data), an.table_rows(data))
 
 
 def analytics_summary_html(data: an.SessionAnalytics) -> str:
@@ -187,8 +187,14 @@ def analytics_summary_html(data: an.SessionAnalytics) -> str:
                            f'cycles ({f.acceptance_rate or 0:.0%} of drafts accepted)</span>')
     by_region = (f'<p id="analytics-regions" style="font-size:13px">Cycle by cycle, wherever the reply: '
                  f'{" · ".join(regions)}</p>' if regions else "")
+    counts = data.by_token_class
+    ranked = sorted((c for c in counts.present() if counts.total[c] >= 5), key=counts.share, reverse=True)
+    by_class = (f'<p id="analytics-token-classes-note" style="font-size:13px">The draft wrote '
+                f'<b>{counts.share(ranked[0]):.0%}</b> of the {an.LABELS[ranked[0]]} tokens and '
+                f'<b>{counts.share(ranked[-1]):.0%}</b> of the {an.LABELS[ranked[-1]]} ones; the target wrote the rest '
+                '(the chart below has every kind of token).</p>' if len(ranked) >= 2 else "")
     return (f'<div id="analytics-kinds" class="ex-grid" style="display:grid;grid-template-columns:repeat(3,1fr);gap:8px">'
-            f'{"".join(cells)}</div>{by_region}<p style="font-size:12px;opacity:.7">Session “{esc(data.title)}”. Kind is '
+            f'{"".join(cells)}</div>{by_region}{by_class}<p style="font-size:12px;opacity:.7">Session “{esc(data.title)}”. Kind is '
             'detected from each reply: code when at least half of its text is in code fences or looks like code '
             '(Complete-mode replies are code).</p>')
 
@@ -374,6 +380,7 @@ def build_teach_tab(ctx: UIContext) -> dict:
             c["tau_time"] = gr.Plot(elem_id="analytics-tau-time", show_label=False)
             c["tau_hist"] = gr.Plot(elem_id="analytics-tau-hist", show_label=False)
             c["position"] = gr.Plot(elem_id="analytics-position", show_label=False)
+        c["token_classes"] = gr.Plot(elem_id="analytics-token-classes", show_label=False)
         c["table"] = gr.Dataframe(headers=an.TABLE_HEADERS, value=[], interactive=False,
                                   elem_id="analytics-table", label="Replies")
         c["export"] = gr.Button("Export figures (CSV) and charts (PNG)", elem_id="analytics-export", size="sm")
@@ -388,7 +395,7 @@ def build_teach_tab(ctx: UIContext) -> dict:
 def wire(ctx: UIContext, c: dict, tab, demo) -> None:
     hidden = {"api_visibility": "undocumented"}
     full = [c["session"], c["reply"], c["cycle"], c["step"], c["explainer"], c["compare_result"], c["compare_chart"],
-            c["summary"], c["tau_time"], c["tau_hist"], c["position"], c["table"], c["files"], c["playing"],
+            c["summary"], c["tau_time"], c["tau_hist"], c["position"], c["token_classes"], c["table"], c["files"], c["playing"],
             c["timer"], c["play"]]
     reply_outputs = [c["cycle"], c["step"], c["explainer"], c["compare_result"], c["compare_chart"]]
     latest = partial(full_view, ctx)

@@ -53,3 +53,13 @@ def test_drafted_and_target_tokens_are_counted_per_class():
     assert counts.drafted == {**dict.fromkeys(CLASSES, 0), "name": 1, "operator": 1, "whitespace": 1}
     assert counts.share("keyword") == 0.0 and counts.share("whitespace") == 0.5 and counts.share("string") is None
     assert counts.present() == ["whitespace", "keyword", "name", "operator"]
+
+
+def test_bare_code_in_a_chat_reply_is_code_and_its_prose_stays_prose():
+    text = "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\nThis adds two numbers and prints the result.\n"
+    strict, loose = code_mask(text, "chat"), code_mask(text, "chat", loose=True)
+    assert not any(strict)
+    got = char_classes(text, loose, "chat")
+    assert got[0] == "keyword" and got[text.index("print")] == "name"
+    assert loose[text.index("\n\n") + 1]  # a blank line between code lines is code
+    assert got[text.index("This adds")] == "prose"

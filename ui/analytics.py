@@ -67,9 +67,10 @@ def code_share(text: str) -> float:
     return min(1.0, (fenced + loose) / total)
 
 
-def code_mask(text: str, mode: str = "chat") -> list[bool]:
+def code_mask(text: str, mode: str = "chat", loose: bool = False) -> list[bool]:
     """Per character: inside a fenced code block (the fence lines included)? All of a
-    Complete-mode reply is code."""
+    Complete-mode reply is code. With ``loose``, lines outside fences that look like code count
+    too (a small model often answers with bare code), and so do blank lines between them."""
     if mode == "complete":
         return [True] * len(text)
     mask = [False] * len(text)
@@ -82,7 +83,31 @@ def code_mask(text: str, mode: str = "chat") -> list[bool]:
         for k in range(opening.start(), end):
             mask[k] = True
         i = fences.index(closing) + 1 if closing else len(fences)
+    if loose:
+        _mark_loose_code_lines(text, mask)
     return mask
+
+
+def _mark_loose_code_lines(text: str, mask: list[bool]) -> None:
+    lines, pos = [], 0
+    for line in text.splitlines(keepends=True):
+        lines.append((pos, line))
+        pos += len(line)
+    verdicts = []  # per line: True (code), False (prose) or None (blank: decided by its neighbours)
+    for start, line in lines:
+        if line and mask[start]:  # fenced already
+            verdicts.append(True)
+        elif not line.strip():
+            verdicts.append(None)
+        else:
+            verdicts.append(bool(CODE_LINE.search(line)) and not (PROSE_END.search(line) and len(line.split()) > 6))
+    for n, ((start, line), verdict) in enumerate(zip(lines, verdicts)):
+        if verdict is None:
+            before = next((v for v in reversed(verdicts[:n]) if v is not None), False)
+            after = next((v for v in verdicts[n + 1:] if v is not None), False)
+            verdict = before and after
+        if verdict:
+            mask[start:start + len(line)] = [True] * len(line)
 
 
 def cycle_regions(content: str, cycles: list[dict], mode: str = "chat") -> list[str]:
@@ -195,7 +220,8 @@ def session_analytics(store, session_id: int) -> SessionAnalytics:
         for row, region in zip(cycles, cycle_regions(text, cycles, message["kind"])):
             for target in (figures, by_kind[kind], by_kind["all"], by_region[region]):
                 target.add(int(row["block_size"]), int(row["accepted"]), int(row["tau"]))
-        token_classes.merge(reply_token_classes(text, cycles, code_mask(text, message["kind"]), message["kind"]))
+        token_classes.merge(reply_token_classes(text, cycles, code_mask(text, message["kind"], loose=True),
+                                                message["kind"]))
         replies.append(ReplyFigures(
             message_id=message["id"], seq=message["seq"], created_at=message["created_at"], mode=message["kind"],
             kind=kind, status=message["status"], model=message["model"], new_tokens=message["new_tokens"],

@@ -190,8 +190,8 @@ def analytics_summary_html(data: an.SessionAnalytics) -> str:
     counts = data.by_token_class
     ranked = sorted((c for c in counts.present() if counts.total[c] >= 5), key=counts.share, reverse=True)
     by_class = (f'<p id="analytics-token-classes-note" style="font-size:13px">The draft wrote '
-                f'<b>{counts.share(ranked[0]):.0%}</b> of the {an.LABELS[ranked[0]]} tokens and '
-                f'<b>{counts.share(ranked[-1]):.0%}</b> of the {an.LABELS[ranked[-1]]} ones; the target wrote the rest '
+                f'<b>{counts.share(ranked[0]):.0%}</b> of the {an.LABELS[ranked[0]]} but only '
+                f'<b>{counts.share(ranked[-1]):.0%}</b> of the {an.LABELS[ranked[-1]]}; the target wrote the rest '
                 '(the chart below has every kind of token).</p>' if len(ranked) >= 2 else "")
     return (f'<div id="analytics-kinds" class="ex-grid" style="display:grid;grid-template-columns:repeat(3,1fr);gap:8px">'
             f'{"".join(cells)}</div>{by_region}{by_class}<p style="font-size:12px;opacity:.7">Session “{esc(data.title)}”. Kind is '

@@ -68,6 +68,11 @@ DEFAULT_TITLE = "New session"
 MEMORY = ":memory:"
 
 
+def edited_title(title: str) -> str:
+    """The title of a copy made by editing an earlier message (marked once, however often)."""
+    return title if title.endswith(" (edited)") else f"{title} (edited)"
+
+
 def utc_now() -> str:
     """Timestamps are ISO 8601 UTC text with microseconds, so they sort as text."""
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
@@ -597,7 +602,7 @@ class SessionStore:
             [session] = self._export_sessions("id = ?", [session_id])
             now = self._now()
             copy = {**session, "uuid": uuid.uuid4().hex, "created_at": now, "updated_at": now,
-                    "title": self._check_title(title or f"{original['title']} (edited)"),
+                    "title": self._check_title(title or edited_title(original["title"])),
                     "messages": [m for m in session["messages"] if m["seq"] < before_seq]}
             with self._write() as db:
                 return self._insert_imported_session(db, copy, now)

@@ -275,6 +275,7 @@ def test_fork_copies_the_messages_before_a_point_with_cycles_and_leaves_the_orig
     kept = store.get_messages(copy)
     assert [(m["seq"], m["role"], m["content"]) for m in kept] == [(1, "user", "q1"), (2, "assistant", "a1")]
     assert store.get_cycles(kept[1]["id"]) == store.get_cycles(first_reply)
+    assert store.get_session(store.fork_session(copy, 2))["title"] == "Sorting (edited)"  # marked once
     assert store.fork_session(session_id, 1, title="Empty copy") != copy
     with pytest.raises(SessionNotFound):
         store.fork_session(10_000, 1)

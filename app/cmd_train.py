@@ -68,7 +68,7 @@ def run_draft(args) -> int:
         gen_fraction=args.gen_fraction, checkpoint_minutes=args.checkpoint_minutes,
         eval_sequences=args.eval_sequences, dtype=args.dtype, device=args.device,
         cache_features_gb=args.cache_features_gb, min_prompt_tokens=args.min_prompt_tokens,
-        init_from=str(args.init) if args.init else None,
+        init_from=str(args.init) if args.init else None, trim_loops=args.trim_loops,
     )
     train_draft(args.out, args.target, work=args.work, corpus=args.corpus,
                 prompts_file=args.prompts, cfg=cfg, budget=_budget(args), seed=args.seed,
@@ -141,6 +141,10 @@ def register(subparsers) -> None:
                    help="fine-tune an existing draft (z-lab format) instead of starting from random "
                         "weights, e.g. after the target was trained further; its target layers and "
                         "mask id are kept")
+    p.add_argument("--trim-loops", action="store_true",
+                   help="cut each regenerated continuation after the second copy of a repeated span "
+                        "of 8+ tokens (for targets whose greedy text loops; the held-out estimate of "
+                        "tau then stops counting easy repetition)")
     p.set_defaults(func=run_draft)
 
     train.set_defaults(func=lambda args: (train.print_help() or 1))

@@ -13,8 +13,8 @@ import torch
 from app.cli import main as cli
 from engine.bench import is_loop
 from engine.training.common import Budget, ThreadGovernor, cosine_lr
-from engine.training.draft import (acceptance_stats, block_inputs, block_labels, loss_weights,
-                                   sample_anchors, training_mask)
+from engine.training.draft import (SequencePool, acceptance_stats, block_inputs, block_labels, loss_weights,
+                                   sample_anchors, training_mask, trim_repetition)
 from engine.training.tokenizer import CHAT_TEMPLATE, render_chat
 
 FUNC = '''
@@ -247,7 +247,7 @@ def test_train_draft_smoke_resume_and_load(tmp_path, corpus, tokenizer_dir, arch
     target = tiny_target(tmp_path, tokenizer_dir, arch)
     out = tmp_path / "draft"
     args = ["train", "draft", "--target", str(target), "--out", str(out), "--corpus", str(corpus),
-            "--cache-features-gb", cache_gb, *DRAFT_ARGS]
+            "--cache-features-gb", cache_gb, *DRAFT_ARGS] + (["--trim-loops"] if arch == "llama" else [])
     assert cli(args + ["--max-steps", "2"]) == 0
     assert cli(args + ["--max-steps", "3"]) == 0
     log = [json.loads(line) for line in (out / "_train" / "log.jsonl").read_text().splitlines()]
@@ -263,6 +263,21 @@ def test_train_draft_smoke_resume_and_load(tmp_path, corpus, tokenizer_dir, arch
     assert cfg["num_target_layers"] == 4 and len(draft.layers) == 1
     ids = cfg["dflash_config"]["target_layer_ids"]
     assert ids == sorted(set(ids)) and all(0 <= i < 4 for i in ids)
+    if arch == "llama":  # --trim-loops: no continuation goes on past a second copy of a repeated span
+        pool = SequencePool.load(out / "_train" / "train_sequences.pt")
+        for seq, start in zip(pool.seqs, pool.prompt_lens):
+            continuation = seq[start:].tolist()
+            assert trim_repetition(continuation) == len(continuation)
+
+
+def test_trim_repetition_keeps_two_copies_of_the_first_loop():
+    assert trim_repetition(list(range(20))) == 20  # nothing repeats
+    loop = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]  # a 10-token span, then copies of it
+    assert trim_repetition([50, 51] + loop * 4) == 2 + 20
+    assert trim_repetition([7] * 30) == 16  # period 1: the 8-token span, twice
+    assert trim_repetition([1, 2] * 3 + [9] * 5) == 11  # short repeats (under 8 tokens) are kept
+    assert trim_repetition([3, 4] * 10) == 16  # period 2: a whole-period span of 8, twice
+    assert trim_repetition([]) == 0
 
 
 def test_train_draft_init_starts_from_given_weights_and_rejects_a_mismatch(tmp_path, corpus, tokenizer_dir, capsys):

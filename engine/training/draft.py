@@ -57,6 +57,7 @@ class DraftTrainConfig:
     eval_sequences: int = 32
     eval_anchors: int = 96
     cache_features_gb: float = 4.0  # cache target features in RAM below this size (0: online)
+    trim_loops: bool = False  # cut each regenerated continuation after the 2nd copy of a repeated span
     dtype: str | None = None
     device: str | None = None
 
@@ -65,6 +66,23 @@ class DraftTrainConfig:
 
 
 # ---------------------------------------------------------------- pure pieces (tested)
+
+
+def trim_repetition(tokens: list[int], min_span: int = 8) -> int:
+    """How much of a continuation to keep: up to the end of the second back-to-back copy of the
+    first repeated span of ``min_span``+ tokens (all of it when nothing repeats). An undertrained
+    target's greedy continuations often end in such loops (half of the tiny coder's regenerated
+    tokens); a draft trained on them spends its capacity copying, which is easy and says little."""
+    keep = len(tokens)
+    for period in range(1, len(tokens) // 2 + 1):
+        span = period * -(-min_span // period)  # the shortest whole-period span of >= min_span tokens
+        run = 0
+        for i in range(min(len(tokens) - period, keep - period)):
+            run = run + 1 if tokens[i] == tokens[i + period] else 0
+            if run + period >= 2 * span:  # tokens[i + period + 1 - 2 * span : i + period + 1] is two copies
+                keep = min(keep, i + period + 1)
+                break
+    return keep
 
 
 def loss_weights(block_size: int, gamma: float) -> torch.Tensor:
@@ -346,6 +364,8 @@ def fill_pool(pool: SequencePool, path: Path, target, tokenizer, prompts, cfg, s
         if governor is not None:
             governor.step(sum(len(s) - len(p) for s, (p, _) in zip(seqs, chunk)) / (time.time() - t_chunk))
         for (p, kind), s in zip(chunk, seqs):
+            if cfg.trim_loops:
+                s = s[: len(p) + trim_repetition(s[len(p):])]
             pool.add(s, len(p), kind)
         pool.save(path)
         dt = time.time() - t0

@@ -121,6 +121,17 @@ def test_reply_markdown_carries_footer_and_end_state():
     assert "⚠ error: &lt;boom&gt;" in error
 
 
+def test_a_chat_reply_of_bare_code_shows_as_a_code_block_and_prose_stays_prose():
+    code = "def get(self, key):\n    return self._items[key]\n"
+    assert assistant_markdown(code, "complete").startswith("```python\ndef get(self, key):")
+    prose = "Use a dictionary: it maps each key to its value in constant time."
+    assert assistant_markdown(prose, "complete") == prose
+    fenced = "Here:\n```python\nx = 1\n```"
+    assert assistant_markdown(fenced, "complete") == fenced  # already fenced: left as written
+    risky = "x = '<img src=x onerror=alert(1)>'\nreturn x\n"
+    assert assistant_markdown(risky, "complete").startswith("```python\n")  # literal inside the code block
+
+
 def test_charts_are_plotly_figures_with_block_size_and_annotations():
     trace = trace_of(FakeReply(" ".join("abcdefghijklmnopqrstuvwxyz"), accept=(1,),
                                fallback_at={3: (4, "reduced", "why")}))

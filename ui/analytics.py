@@ -12,59 +12,22 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import plotly.graph_objects as go
 
-from .render import FENCE
+from .render import CODE_LINE, FENCE, PROSE_END, code_share
 from .teach_steps import first_text
 from .token_classes import CLASSES, LABELS, ClassCounts, reply_token_classes
 
 KINDS = ("code", "prose")
 KIND_COLORS = {"code": "#2e9e5b", "prose": "#d08a2e", "all": "#2f6fd6"}
-CODE_LINE = re.compile(
-    r"""^\s*(?:def|class|import|from|return|if|elif|else|for|while|try|except|finally|with|raise|yield|lambda|
-    async|await|print|assert|pass|break|continue|const|let|var|function|public|private|static|\#include|fn|pub|
-    use|package|func)\b
-    |^(?:\ {2,}|\t)\S            # indented
-    |[;{}]\s*$|:\s*$|\)\s*$      # ends like code
-    |^\s*[\w.\[\]]+\s*[+\-*/%]?=\s*\S   # an assignment
-    |^\s*(?:\#|//)               # a comment
-    |^\s*@\w+                    # a decorator
-    """, re.X)
-PROSE_END = re.compile(r"[.!?…]\s*$")
 CODE_SHARE = 0.5  # a reply is code when at least half of its text is code
 
 
 # ---------------------------------------------------------------------------- kind of reply
-
-
-def code_share(text: str) -> float:
-    """Fraction of the reply's non-blank text that is code: characters inside fenced blocks,
-    plus, outside fences, lines that look like code (keywords, indentation, brackets, ``=``)."""
-    total = len("".join(text.split()))
-    if not total:
-        return 0.0
-    fenced, outside, pos = 0, [], 0
-    fences = list(FENCE.finditer(text))
-    i = 0
-    while i < len(fences):
-        opening = fences[i]
-        closing = next((f for f in fences[i + 1:] if f.group(2) == opening.group(2)), None)
-        outside.append(text[pos:opening.start()])
-        end = closing.start() if closing else len(text)
-        fenced += len("".join(text[opening.end():end].split()))
-        pos = closing.end() if closing else len(text)
-        i = fences.index(closing) + 1 if closing else len(fences)
-    outside.append(text[pos:])
-    loose = 0
-    for line in "\n".join(outside).splitlines():
-        if line.strip() and CODE_LINE.search(line) and not (PROSE_END.search(line) and len(line.split()) > 6):
-            loose += len("".join(line.split()))
-    return min(1.0, (fenced + loose) / total)
 
 
 def code_mask(text: str, mode: str = "chat", loose: bool = False) -> list[bool]:

@@ -28,6 +28,49 @@ ORIGIN_LABELS = {
 FENCE = re.compile(r"^([ \t]*)(```|~~~)[ \t]*([\w+#.-]*)[^\n]*$", re.M)
 
 
+CODE_LINE = re.compile(
+    r"""^\s*(?:def|class|import|from|return|if|elif|else|for|while|try|except|finally|with|raise|yield|lambda|
+    async|await|print|assert|pass|break|continue|const|let|var|function|public|private|static|\#include|fn|pub|
+    use|package|func)\b
+    |^(?:\ {2,}|\t)\S            # indented
+    |[;{}]\s*$|:\s*$|\)\s*$      # ends like code
+    |^\s*[\w.\[\]]+\s*[+\-*/%]?=\s*\S   # an assignment
+    |^\s*(?:\#|//)               # a comment
+    |^\s*@\w+                    # a decorator
+    """, re.X)
+PROSE_END = re.compile(r"[.!?…]\s*$")
+
+
+def code_share(text: str) -> float:
+    """Fraction of the reply's non-blank text that is code: characters inside fenced blocks,
+    plus, outside fences, lines that look like code (keywords, indentation, brackets, ``=``)."""
+    total = len("".join(text.split()))
+    if not total:
+        return 0.0
+    fenced, outside, pos = 0, [], 0
+    fences = list(FENCE.finditer(text))
+    i = 0
+    while i < len(fences):
+        opening = fences[i]
+        closing = next((f for f in fences[i + 1:] if f.group(2) == opening.group(2)), None)
+        outside.append(text[pos:opening.start()])
+        end = closing.start() if closing else len(text)
+        fenced += len("".join(text[opening.end():end].split()))
+        pos = closing.end() if closing else len(text)
+        i = fences.index(closing) + 1 if closing else len(fences)
+    outside.append(text[pos:])
+    loose = 0
+    for line in "\n".join(outside).splitlines():
+        if line.strip() and CODE_LINE.search(line) and not (PROSE_END.search(line) and len(line.split()) > 6):
+            loose += len("".join(line.split()))
+    return min(1.0, (fenced + loose) / total)
+
+
+def bare_code(text: str) -> bool:
+    """A chat reply that is code without fences (what a small code model often writes)."""
+    return bool(text.strip()) and not FENCE.search(text) and code_share(text) >= 0.5
+
+
 def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
@@ -262,7 +305,8 @@ def _escape_prose(text: str) -> str:
 def assistant_markdown(content: str, status: str, trace: ReplyTrace | None = None, error: str | None = None,
                        kind: str = "chat", tokens: int | None = None) -> str:
     """A reply as chat markdown: the text, a footer with its figures, and its end state."""
-    body = chat_markdown(f"```python\n{content}\n```" if kind == "complete" and content else content)
+    fenced = content and (kind == "complete" or bare_code(content))  # shown as code, not as prose
+    body = chat_markdown(f"```python\n{content}\n```" if fenced else content)
     if not content and status == "streaming":
         body = "…"
     extras = []

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from .render import CODE_LINE, FENCE, PROSE_END, code_share
+from .render import FENCE, code_share, looks_like_code_line
 from .teach_steps import first_text
 from .token_classes import CLASSES, LABELS, ClassCounts, reply_token_classes
 
@@ -63,7 +63,7 @@ def _mark_loose_code_lines(text: str, mask: list[bool]) -> None:
         elif not line.strip():
             verdicts.append(None)
         else:
-            verdicts.append(bool(CODE_LINE.search(line)) and not (PROSE_END.search(line) and len(line.split()) > 6))
+            verdicts.append(looks_like_code_line(line))
     for n, ((start, line), verdict) in enumerate(zip(lines, verdicts)):
         if verdict is None:
             before = next((v for v in reversed(verdicts[:n]) if v is not None), False)

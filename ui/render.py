@@ -41,6 +41,11 @@ CODE_LINE = re.compile(
 PROSE_END = re.compile(r"[.!?…]\s*$")
 
 
+def looks_like_code_line(line: str) -> bool:
+    """A line outside fences that reads like code, not a sentence that happens to end in ':'."""
+    return bool(line.strip() and CODE_LINE.search(line)) and not (PROSE_END.search(line) and len(line.split()) > 6)
+
+
 def code_share(text: str) -> float:
     """Fraction of the reply's non-blank text that is code: characters inside fenced blocks,
     plus, outside fences, lines that look like code (keywords, indentation, brackets, ``=``)."""
@@ -61,7 +66,7 @@ def code_share(text: str) -> float:
     outside.append(text[pos:])
     loose = 0
     for line in "\n".join(outside).splitlines():
-        if line.strip() and CODE_LINE.search(line) and not (PROSE_END.search(line) and len(line.split()) > 6):
+        if looks_like_code_line(line):
             loose += len("".join(line.split()))
     return min(1.0, (fenced + loose) / total)
 
@@ -92,12 +97,14 @@ def _short_class(ttype) -> str:
     return STANDARD_TYPES.get(ttype, "") if ttype is not None else ""
 
 
-def _lex(code: str, language: str, offset: int, classes: list[str]) -> None:
+def lex_into(code: str, language: str, offset: int, out: list, classify=lambda ttype, value: _short_class(ttype)) -> None:
+    """Lex ``code`` (which starts at ``offset`` of the text) and write ``classify(token type,
+    token text)`` for each of its characters into ``out``."""
     pos = offset
     for ttype, value in _lexer(language).get_tokens(code):
-        css = _short_class(ttype)
-        for i in range(pos, min(pos + len(value), len(classes))):
-            classes[i] = css
+        label = classify(ttype, value)
+        for i in range(pos, min(pos + len(value), len(out))):
+            out[i] = label
         pos += len(value)
 
 
@@ -106,7 +113,7 @@ def syntax_classes(text: str, mode: str = "chat") -> list[str]:
     text is code; in "chat" mode only fenced code blocks are (prose stays uncoloured)."""
     classes = [""] * len(text)
     if mode == "complete":
-        _lex(text, "python", 0, classes)
+        lex_into(text, "python", 0, classes)
         return classes
     fences = list(FENCE.finditer(text))
     i = 0
@@ -116,7 +123,7 @@ def syntax_classes(text: str, mode: str = "chat") -> list[str]:
         closing = next((f for f in fences[i + 1:] if f.group(2) == opening.group(2)), None)
         end = closing.start() if closing else len(text)
         if start < end:
-            _lex(text[start:end], opening.group(3), start, classes)
+            lex_into(text[start:end], opening.group(3), start, classes)
         i = fences.index(closing) + 1 if closing else len(fences)
     return classes
 

@@ -11,11 +11,11 @@ pays: the predictable structure of code, not the names a program happens to choo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import groupby
 
-from pygments.lexers import PythonLexer
 from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, String, Text, Whitespace
 
-from .render import FENCE
+from .render import FENCE, lex_into
 from .teach_steps import first_text
 
 CLASSES = ("whitespace", "keyword", "name", "operator", "string", "number", "comment", "prose")
@@ -51,20 +51,12 @@ def char_classes(text: str, code: list[bool], mode: str = "chat") -> list[str]:
             end = min(len(text), fence.end() + 1)  # with its newline
             mask[fence.start():end] = [False] * (end - fence.start())
     classes = ["prose"] * len(text)
-    lexer = PythonLexer(stripnl=False, ensurenl=False)
     start = 0
-    while start < len(text):
-        if not mask[start]:
-            start += 1
-            continue
-        end = start
-        while end < len(text) and mask[end]:
-            end += 1
-        for offset, token_type, value in lexer.get_tokens_unprocessed(text[start:end]):
-            cls = lexer_class(token_type, value)
-            for k in range(start + offset, min(end, start + offset + len(value))):
-                classes[k] = cls
-        start = end
+    for is_code, run in groupby(mask):
+        length = sum(1 for _ in run)
+        if is_code:  # lex each stretch of code on its own
+            lex_into(text[start:start + length], "python", start, classes, lexer_class)
+        start += length
     return classes
 
 
@@ -72,10 +64,9 @@ def piece_class(classes: list[str], start: int, length: int) -> str:
     """A token's class: that of its first visible character (a token such as " return" is a
     keyword); all-blank tokens are whitespace in code and prose elsewhere."""
     span = classes[start:start + length]
-    visible = [cls for cls in span if cls != "whitespace"]
     if not span:
         return "prose"
-    return visible[0] if visible else "whitespace"
+    return next((cls for cls in span if cls != "whitespace"), "whitespace")
 
 
 @dataclass

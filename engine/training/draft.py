@@ -73,16 +73,9 @@ def trim_repetition(tokens: list[int], min_span: int = 8) -> int:
     first repeated span of ``min_span``+ tokens (all of it when nothing repeats). An undertrained
     target's greedy continuations often end in such loops (half of the tiny coder's regenerated
     tokens); a draft trained on them spends its capacity copying, which is easy and says little."""
-    keep = len(tokens)
-    for period in range(1, len(tokens) // 2 + 1):
-        span = period * -(-min_span // period)  # the shortest whole-period span of >= min_span tokens
-        run = 0
-        for i in range(min(len(tokens) - period, keep - period)):
-            run = run + 1 if tokens[i] == tokens[i + period] else 0
-            if run + period >= 2 * span:  # tokens[i + period + 1 - 2 * span : i + period + 1] is two copies
-                keep = min(keep, i + period + 1)
-                break
-    return keep
+    from engine.bench import repetitions
+
+    return min((end for end, _ in repetitions(tokens, min_span)), default=len(tokens))
 
 
 def loss_weights(block_size: int, gamma: float) -> torch.Tensor:

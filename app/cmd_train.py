@@ -49,10 +49,13 @@ def run_target(args) -> int:
                             chat_fraction=args.chat_fraction,
                             checkpoint_minutes=args.checkpoint_minutes,
                             eval_windows=args.eval_windows, samples=args.samples,
-                            sample_tokens=args.sample_tokens)
+                            sample_tokens=args.sample_tokens,
+                            unlikelihood_weight=args.unlikelihood_weight)
+    if args.tokenizer is None and args.init is None:
+        raise SystemExit("train target: give --tokenizer (from `train tokenizer`), or --init")
     train_target(args.out, args.tokenizer, work=args.work, corpus=args.corpus, shape=shape,
                  cfg=cfg, budget=_budget(args), seed=args.seed, threads=args.threads,
-                 progress=not args.no_progress)
+                 progress=not args.no_progress, init=args.init, unlikelihood=args.unlikelihood)
     return 0
 
 
@@ -88,9 +91,17 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run_tokenizer)
 
-    p = sub.add_parser("target", help="a small Qwen3ForCausalLM coder, from scratch")
+    p = sub.add_parser("target", help="a small Qwen3ForCausalLM coder, from scratch or fine-tuned")
     _common(p, default_minutes=50)
-    p.add_argument("--tokenizer", type=Path, required=True, help="directory from `train tokenizer`")
+    p.add_argument("--tokenizer", type=Path, default=None,
+                   help="directory from `train tokenizer` (default with --init: the init model's)")
+    p.add_argument("--init", type=Path, default=None,
+                   help="fine-tune this saved target instead of starting from scratch (its shape is kept)")
+    p.add_argument("--unlikelihood", type=Path, default=None,
+                   help="a `train draft` --work directory: the target's own greedy continuations; "
+                        "tokens that continue a back-to-back repeat of 8+ tokens get an unlikelihood "
+                        "loss, so greedy replies stop looping")
+    p.add_argument("--unlikelihood-weight", type=float, default=1.0)
     p.add_argument("--corpus", type=Path, default=None)
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--hidden", type=int, default=256)

@@ -135,6 +135,64 @@ def test_train_target_smoke_resume_and_load(tmp_path, corpus, tokenizer_dir):
     assert meta["steps"] == 4 and meta["final"]
 
 
+def test_looping_positions_marks_back_to_back_repeats_in_the_continuation():
+    from engine.training.target import looping_positions
+
+    unit = [11, 12, 13, 14, 15]
+    tokens = torch.tensor([1, 2, 3] + unit * 4)
+    mask = looping_positions(tokens, start=3, min_span=8)
+    # position p is marked once the 8 tokens ending at p equal the 8 one period (5) earlier
+    assert mask.nonzero().flatten().tolist() == list(range(3 + 5 + 7, len(tokens)))
+    assert not looping_positions(tokens, start=len(tokens) - 2, min_span=8)[: len(tokens) - 2].any()
+    code = torch.tensor(list(range(40)))  # nothing repeats
+    assert not looping_positions(code, 0, 8).any()
+    assert looping_positions(torch.tensor([7] * 12), 0, 8).nonzero().flatten().tolist() == [8, 9, 10, 11]
+
+
+def test_unlikelihood_loss_pushes_down_only_marked_tokens():
+    from engine.training.target import sequence_batch, unlikelihood_loss
+
+    tokens, attention, penalize = sequence_batch(
+        [(torch.tensor([1, 2, 3, 2]), torch.tensor([False, False, False, True])),
+         (torch.tensor([4, 5]), torch.tensor([False, False]))], pad_id=0)
+    assert tokens.tolist() == [[1, 2, 3, 2], [4, 5, 0, 0]] and attention[1].tolist() == [1, 1, 0, 0]
+    logits = torch.zeros(2, 4, 8, requires_grad=True)
+    loss = unlikelihood_loss(logits, tokens, penalize)
+    assert loss.item() == pytest.approx(-math.log(1 - 1 / 8), rel=1e-5)
+    loss.backward()
+    grad = logits.grad
+    assert grad[0, 2, 2] > 0  # descending lowers the logit of the repeated token at the marked step
+    assert grad[0, :2].abs().sum() == 0 and grad[1].abs().sum() == 0  # unmarked steps untouched
+    assert unlikelihood_loss(torch.zeros(1, 3, 8), torch.tensor([[1, 2, 3]]),
+                             torch.zeros(1, 3, dtype=torch.bool)).item() == 0.0
+
+
+def test_train_target_fine_tunes_with_unlikelihood_on_looping_continuations(tmp_path, corpus, tokenizer_dir):
+    from transformers import AutoModelForCausalLM
+
+    init = tiny_target(tmp_path, tokenizer_dir, layers=2)
+    pool = SequencePool()
+    pool.add([5, 6, 7] + [20, 21, 22, 23] * 6, prompt_len=3, kind="complete")
+    pool.add([5, 6, 7, 8, 9, 10], prompt_len=3, kind="chat")  # no loop: not used
+    seqs = tmp_path / "draft-work"
+    seqs.mkdir()
+    pool.save(seqs / "train_sequences.pt")
+    out = tmp_path / "tuned"
+    args = ["train", "target", "--init", str(init), "--unlikelihood", str(seqs), "--out", str(out),
+            "--corpus", str(corpus), "--seq-len", "32", "--batch-size", "2", "--eval-windows", "2",
+            "--samples", "0", "--no-progress", "--threads", "2", "--max-steps", "3", "--lr", "1e-3"]
+    assert cli(args) == 0
+    log = [json.loads(line) for line in (out / "_train" / "log.jsonl").read_text().splitlines()]
+    start = next(e for e in log if e["event"] == "start")
+    assert start["init"] == str(init) and start["unlikelihood"] == str(seqs)
+    assert all(e["unlikelihood"] > 0 for e in log if e["event"] == "train")
+    tuned = AutoModelForCausalLM.from_pretrained(str(out))
+    base = AutoModelForCausalLM.from_pretrained(str(init))
+    assert tuned.config.hidden_size == 32 and tuned.config.num_hidden_layers == 2  # init's shape kept
+    assert not torch.equal(tuned.model.embed_tokens.weight, base.model.embed_tokens.weight)
+    assert json.loads((out / "training_meta.json").read_text())["unlikelihood"] == str(seqs)
+
+
 # ---------------------------------------------------------------- draft: pure pieces
 
 

@@ -41,6 +41,12 @@ class TargetTrainConfig:
     eval_windows: int = 24
     samples: int = 6
     sample_tokens: int = 96
+    # Sequence-level unlikelihood (Welleck et al. 2019, "Neural text generation with unlikelihood
+    # training"): on the model's own greedy continuations, push down the tokens that continue a
+    # back-to-back repeat, so that greedy text stops looping. Off unless a sequence file is given.
+    unlikelihood_weight: float = 1.0
+    unlikelihood_batch: int = 8
+    loop_min_span: int = 8
 
 
 def build_config(shape: TargetShape, tokenizer):
@@ -163,6 +169,66 @@ def greedy_samples(model, tokenizer, prompts: list[dict], max_new_tokens: int) -
     return out
 
 
+# ---------------------------------------------------------------- unlikelihood (anti-loop)
+
+
+def looping_positions(tokens: torch.Tensor, start: int = 0, min_span: int = 8,
+                      max_period: int = 64) -> torch.Tensor:
+    """Boolean mask over a 1-D token tensor: True where the ``min_span`` tokens ending at that
+    position are an exact copy of the ``min_span`` tokens one period earlier (the text is
+    repeating itself back to back), for positions >= ``start`` (the continuation)."""
+    n = len(tokens)
+    mask = torch.zeros(n, dtype=torch.bool)
+    for period in range(1, min(max_period, n // 2) + 1):
+        same = (tokens[period:] == tokens[:-period]).long()  # same[i]: tokens[i + period] == tokens[i]
+        if len(same) < min_span:
+            break
+        sums = torch.cumsum(torch.nn.functional.pad(same, (1, 0)), 0)
+        full = torch.nonzero(sums[min_span:] - sums[:-min_span] == min_span).flatten()
+        mask[full + min_span - 1 + period] = True
+    mask[:start] = False
+    return mask
+
+
+def unlikelihood_loss(logits: torch.Tensor, tokens: torch.Tensor, penalize: torch.Tensor) -> torch.Tensor:
+    """Mean of -log(1 - p(token)) over the penalized positions (``penalize`` [B, T] marks the
+    token at each position; position 0 has no prediction)."""
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    token_logp = logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)
+    log_not = torch.log((-torch.expm1(token_logp)).clamp_min(1e-6))  # log(1 - p), accurate near p = 1
+    marks = penalize[:, 1:].float()
+    return -(log_not * marks).sum() / marks.sum().clamp_min(1.0)
+
+
+def load_loop_sequences(path: Path, min_span: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The regenerated sequences of a `train draft` work directory (``train_sequences.pt``, the
+    target's own greedy continuations), kept where the continuation loops: (tokens, mask)."""
+    from .draft import SequencePool
+
+    path = Path(path)
+    pool = SequencePool.load(path / "train_sequences.pt" if path.is_dir() else path)
+    out = []
+    for seq, start in zip(pool.seqs, pool.prompt_lens):
+        seq = seq.long()
+        mask = looping_positions(seq, start, min_span)
+        if mask.any():
+            out.append((seq, mask))
+    return out
+
+
+def sequence_batch(items, pad_id: int):
+    """Right-padded tokens, attention mask and penalize mask for a list of (tokens, mask)."""
+    width = max(len(t) for t, _ in items)
+    tokens = torch.full((len(items), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(items), width), dtype=torch.long)
+    penalize = torch.zeros((len(items), width), dtype=torch.bool)
+    for row, (t, m) in enumerate(items):
+        tokens[row, : len(t)] = t
+        attention[row, : len(t)] = 1
+        penalize[row, : len(t)] = m
+    return tokens, attention, penalize
+
+
 # ---------------------------------------------------------------- export
 
 
@@ -187,7 +253,11 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
                  corpus: Path | None = None, shape: TargetShape | None = None,
                  cfg: TargetTrainConfig | None = None, budget: Budget | None = None,
                  seed: int = 0, threads: int | None = None, progress: bool = True,
+                 init: Path | None = None, unlikelihood: Path | None = None,
                  log=print) -> dict:
+    """Train from scratch, or fine-tune ``init`` (a saved target: its shape wins over ``shape``).
+    ``unlikelihood``: a `train draft` work directory (or its train_sequences.pt) whose looping
+    continuations get the unlikelihood term on top of the usual next-token loss."""
     from transformers import Qwen3ForCausalLM
 
     from .tokenizer import load_tokenizer
@@ -198,7 +268,7 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
     budget = budget or Budget(max_minutes=50)
     set_threads(threads)
     gen = set_seed(seed)
-    tokenizer = load_tokenizer(tokenizer_dir)
+    tokenizer = load_tokenizer(tokenizer_dir or init)
     jlog = JsonlLog(work / "log.jsonl")
     ckpt_path = work / "checkpoint.pt"
 
@@ -213,9 +283,23 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
             + f" ({time.time() - t0:.0f} s)")
     jlog.write("data", **{k: len(v) for k, v in data.items()})
 
-    config = build_config(shape, tokenizer)
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config)
+    if init is not None:
+        model = Qwen3ForCausalLM.from_pretrained(str(init), dtype=torch.float32)
+        config = model.config
+        shape = TargetShape(layers=config.num_hidden_layers, hidden=config.hidden_size,
+                            intermediate=config.intermediate_size, heads=config.num_attention_heads,
+                            kv_heads=config.num_key_value_heads, head_dim=config.head_dim,
+                            max_positions=config.max_position_embeddings, rope_theta=shape.rope_theta)
+    else:
+        config = build_config(shape, tokenizer)
+        model = Qwen3ForCausalLM(config)
+    loop_seqs = load_loop_sequences(unlikelihood, cfg.loop_min_span) if unlikelihood else []
+    if unlikelihood:
+        marked = sum(int(m.sum()) for _, m in loop_seqs)
+        log(f"unlikelihood: {len(loop_seqs):,} looping continuations, {marked:,} repeat tokens to push down")
+        if not loop_seqs:
+            raise ValueError(f"no looping continuations in {unlikelihood}")
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -233,7 +317,8 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
         jlog.write("resume", step=step, tokens=tokens, elapsed=elapsed)
     else:
         jlog.write("start", params=n_params, shape=asdict(shape), train=asdict(cfg), seed=seed,
-                   budget=asdict(budget))
+                   budget=asdict(budget), init=str(init) if init else None,
+                   unlikelihood=str(unlikelihood) if unlikelihood else None)
     log(f"target: Qwen3ForCausalLM {n_params / 1e6:.2f}M params, {shape.layers} layers x "
         f"hidden {shape.hidden}, vocab {config.vocab_size}")
 
@@ -262,7 +347,8 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
         save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": opt.state_dict(),
                                     "generator": gen.get_state(), "step": step,
                                     "tokens": tokens, "elapsed": elapsed})
-        meta = {"kind": "target", "params": n_params, "shape": asdict(shape), "train": asdict(cfg),
+        meta = {"kind": "target", "params": n_params, "init": str(init) if init else None,
+                "unlikelihood": str(unlikelihood) if unlikelihood else None, "shape": asdict(shape), "train": asdict(cfg),
                 "seed": seed, "steps": step, "tokens": tokens, "minutes": round(elapsed / 60, 1),
                 **{k: v for k, v in res.items() if k.startswith("heldout") or k == "loop_fraction"},
                 "data_tokens": {k: len(v) for k, v in data.items()}, "final": final}
@@ -288,7 +374,13 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
         if n_chat:
             parts.append(sample_windows(data["chat_train"], n_chat, cfg.seq_len, gen))
         x = torch.cat(parts)
-        loss = model(input_ids=x, labels=x).loss
+        loss = mle = model(input_ids=x, labels=x).loss
+        ul = None
+        if loop_seqs:
+            picks = torch.randint(0, len(loop_seqs), (cfg.unlikelihood_batch,), generator=gen).tolist()
+            seqs, attention, penalize = sequence_batch([loop_seqs[i] for i in picks], tokenizer.pad_token_id)
+            ul = unlikelihood_loss(model(input_ids=seqs, attention_mask=attention).logits, seqs, penalize)
+            loss = mle + cfg.unlikelihood_weight * ul
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -298,13 +390,15 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
         now = time.time()
         dt, t_last = now - t_last, now
         elapsed += dt
-        lv = loss.item()
+        lv = mle.item()
         loss_ema = lv if loss_ema is None else 0.95 * loss_ema + 0.05 * lv
         if step % 10 == 0 or step == 1:
-            jlog.write("train", step=step, tokens=tokens, loss=round(lv, 4), lr=lr,
+            jlog.write("train", step=step, tokens=tokens, loss=round(mle.item(), 4), lr=lr,
+                       unlikelihood=None if ul is None else round(ul.item(), 4),
                        grad_norm=round(float(gnorm), 3), tok_s=round(x.numel() / dt, 1),
                        elapsed=round(elapsed, 1), threads=governor.current)
-        bar.update(budget.progress(step, tokens, elapsed), loss=f"{loss_ema:.3f}",
+        extra = {} if ul is None else {"ul": f"{ul.item():.3f}"}
+        bar.update(budget.progress(step, tokens, elapsed), loss=f"{loss_ema:.3f}", **extra,
                    tok_s=f"{x.numel() / dt:.0f}", lr=f"{lr:.1e}", thr=governor.current)
         governor.step(x.numel() / dt)
         if elapsed - last_ckpt >= cfg.checkpoint_minutes * 60:

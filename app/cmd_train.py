@@ -40,6 +40,7 @@ def run_tokenizer(args) -> int:
 
 
 def run_target(args) -> int:
+    from engine.errors import InvalidRequestError
     from engine.training.target import TargetShape, TargetTrainConfig, train_target
 
     shape = TargetShape(layers=args.layers, hidden=args.hidden, intermediate=args.intermediate,
@@ -52,10 +53,11 @@ def run_target(args) -> int:
                             sample_tokens=args.sample_tokens,
                             unlikelihood_weight=args.unlikelihood_weight)
     if args.tokenizer is None and args.init is None:
-        raise SystemExit("train target: give --tokenizer (from `train tokenizer`), or --init")
+        raise InvalidRequestError("train target: give --tokenizer (from `train tokenizer`), or --init")
     train_target(args.out, args.tokenizer, work=args.work, corpus=args.corpus, shape=shape,
                  cfg=cfg, budget=_budget(args), seed=args.seed, threads=args.threads,
-                 progress=not args.no_progress, init=args.init, unlikelihood=args.unlikelihood)
+                 progress=not args.no_progress, init=args.init, unlikelihood=args.unlikelihood,
+                 train_from_layer=args.train_from_layer)
     return 0
 
 
@@ -102,6 +104,10 @@ def register(subparsers) -> None:
                         "tokens that continue a back-to-back repeat of 8+ tokens get an unlikelihood "
                         "loss, so greedy replies stop looping")
     p.add_argument("--unlikelihood-weight", type=float, default=1.0)
+    p.add_argument("--train-from-layer", type=int, default=0,
+                   help="with --init: train only the decoder layers from this index up (and the final "
+                        "norm); the embedding, lm_head and lower layers stay bit-identical, so an existing "
+                        "DFlash draft whose target layers all lie below keeps working")
     p.add_argument("--corpus", type=Path, default=None)
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--hidden", type=int, default=256)

@@ -192,6 +192,16 @@ def test_train_target_fine_tunes_with_unlikelihood_on_looping_continuations(tmp_
     assert not torch.equal(tuned.model.embed_tokens.weight, base.model.embed_tokens.weight)
     assert json.loads((out / "training_meta.json").read_text())["unlikelihood"] == str(seqs)
 
+    # --train-from-layer: what a draft reads (embedding, lower layers) stays bit-identical
+    top = tmp_path / "tuned-top"
+    args = [a if a != str(out) else str(top) for a in args]
+    assert cli(args + ["--train-from-layer", "1"]) == 0
+    tuned = AutoModelForCausalLM.from_pretrained(str(top))
+    assert torch.equal(tuned.model.embed_tokens.weight, base.model.embed_tokens.weight)
+    assert all(torch.equal(a, b) for a, b in zip(tuned.model.layers[0].parameters(), base.model.layers[0].parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(tuned.model.layers[1].parameters(), base.model.layers[1].parameters()))
+    assert cli(args + ["--train-from-layer", "2", "--work", str(tmp_path / "w2")]) == 2  # a clear message
+
 
 # ---------------------------------------------------------------- draft: pure pieces
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from engine.errors import InvalidRequestError
+
 from .common import (Budget, JsonlLog, Progress, ThreadGovernor, cosine_lr,
                      load_checkpoint, save_checkpoint, set_seed, set_threads, write_json)
 
@@ -216,6 +218,16 @@ def load_loop_sequences(path: Path, min_span: int) -> list[tuple[torch.Tensor, t
     return out
 
 
+def freeze_below(model, layer: int) -> None:
+    """Freeze the embedding (tied with the lm_head) and the decoder layers below ``layer``."""
+    if not 0 < layer < model.config.num_hidden_layers:
+        raise InvalidRequestError(f"--train-from-layer must be between 1 and {model.config.num_hidden_layers - 1}")
+    model.get_input_embeddings().weight.requires_grad_(False)
+    model.get_output_embeddings().weight.requires_grad_(False)
+    for index, block in enumerate(model.model.layers):
+        block.requires_grad_(index >= layer)
+
+
 def sequence_batch(items, pad_id: int):
     """Right-padded tokens, attention mask and penalize mask for a list of (tokens, mask)."""
     width = max(len(t) for t, _ in items)
@@ -254,10 +266,13 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
                  cfg: TargetTrainConfig | None = None, budget: Budget | None = None,
                  seed: int = 0, threads: int | None = None, progress: bool = True,
                  init: Path | None = None, unlikelihood: Path | None = None,
-                 log=print) -> dict:
+                 train_from_layer: int = 0, log=print) -> dict:
     """Train from scratch, or fine-tune ``init`` (a saved target: its shape wins over ``shape``).
     ``unlikelihood``: a `train draft` work directory (or its train_sequences.pt) whose looping
-    continuations get the unlikelihood term on top of the usual next-token loss."""
+    continuations get the unlikelihood term on top of the usual next-token loss.
+    ``train_from_layer``: with ``init``, train only the decoder layers from this one up and the
+    final norm; below it (and the tied embedding / lm_head) the target stays bit-identical, so a
+    DFlash draft that reads features from those layers keeps its inputs."""
     from transformers import Qwen3ForCausalLM
 
     from .tokenizer import load_tokenizer
@@ -299,10 +314,15 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
         marked = sum(int(m.sum()) for _, m in loop_seqs)
         log(f"unlikelihood: {len(loop_seqs):,} looping continuations, {marked:,} repeat tokens to push down")
         if not loop_seqs:
-            raise ValueError(f"no looping continuations in {unlikelihood}")
+            raise InvalidRequestError(f"no looping continuations in {unlikelihood}")
     n_params = sum(p.numel() for p in model.parameters())
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    if train_from_layer:
+        freeze_below(model, train_from_layer)
+        log(f"training layers {train_from_layer}..{config.num_hidden_layers - 1} and the final norm only "
+            f"({sum(p.numel() for p in model.parameters() if p.requires_grad) / 1e6:.2f}M params)")
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decay = [p for n, p in trainable if p.dim() >= 2]
+    no_decay = [p for n, p in trainable if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)

@@ -178,7 +178,10 @@ def looping_positions(tokens: torch.Tensor, start: int = 0, min_span: int = 8,
                       max_period: int = 64) -> torch.Tensor:
     """Boolean mask over a 1-D token tensor: True where the ``min_span`` tokens ending at that
     position are an exact copy of the ``min_span`` tokens one period earlier (the text is
-    repeating itself back to back), for positions >= ``start`` (the continuation)."""
+    repeating itself back to back), for positions >= ``start`` (the continuation). Unlike
+    ``engine.bench.repetitions`` (the loop metric, which waits for a whole second copy), this
+    marks a repeat from its ``min_span``-th token on, which is where training should push back;
+    vectorised per period because it runs over thousands of sequences."""
     n = len(tokens)
     mask = torch.zeros(n, dtype=torch.bool)
     for period in range(1, min(max_period, n // 2) + 1):
@@ -316,6 +319,7 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
         if not loop_seqs:
             raise InvalidRequestError(f"no looping continuations in {unlikelihood}")
     n_params = sum(p.numel() for p in model.parameters())
+    sources = {"init": str(init) if init else None, "unlikelihood": str(unlikelihood) if unlikelihood else None}
     if train_from_layer:
         freeze_below(model, train_from_layer)
         log(f"training layers {train_from_layer}..{config.num_hidden_layers - 1} and the final norm only "
@@ -337,8 +341,7 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
         jlog.write("resume", step=step, tokens=tokens, elapsed=elapsed)
     else:
         jlog.write("start", params=n_params, shape=asdict(shape), train=asdict(cfg), seed=seed,
-                   budget=asdict(budget), init=str(init) if init else None,
-                   unlikelihood=str(unlikelihood) if unlikelihood else None)
+                   budget=asdict(budget), **sources)
     log(f"target: Qwen3ForCausalLM {n_params / 1e6:.2f}M params, {shape.layers} layers x "
         f"hidden {shape.hidden}, vocab {config.vocab_size}")
 
@@ -367,8 +370,7 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
         save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": opt.state_dict(),
                                     "generator": gen.get_state(), "step": step,
                                     "tokens": tokens, "elapsed": elapsed})
-        meta = {"kind": "target", "params": n_params, "init": str(init) if init else None,
-                "unlikelihood": str(unlikelihood) if unlikelihood else None, "shape": asdict(shape), "train": asdict(cfg),
+        meta = {"kind": "target", "params": n_params, **sources, "shape": asdict(shape), "train": asdict(cfg),
                 "seed": seed, "steps": step, "tokens": tokens, "minutes": round(elapsed / 60, 1),
                 **{k: v for k, v in res.items() if k.startswith("heldout") or k == "loop_fraction"},
                 "data_tokens": {k: len(v) for k, v in data.items()}, "final": final}
@@ -410,14 +412,14 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
         now = time.time()
         dt, t_last = now - t_last, now
         elapsed += dt
-        lv = mle.item()
+        lv, ul_value = mle.item(), (None if ul is None else ul.item())
         loss_ema = lv if loss_ema is None else 0.95 * loss_ema + 0.05 * lv
         if step % 10 == 0 or step == 1:
-            jlog.write("train", step=step, tokens=tokens, loss=round(mle.item(), 4), lr=lr,
-                       unlikelihood=None if ul is None else round(ul.item(), 4),
+            jlog.write("train", step=step, tokens=tokens, loss=round(lv, 4), lr=lr,
+                       unlikelihood=None if ul is None else round(ul_value, 4),
                        grad_norm=round(float(gnorm), 3), tok_s=round(x.numel() / dt, 1),
                        elapsed=round(elapsed, 1), threads=governor.current)
-        extra = {} if ul is None else {"ul": f"{ul.item():.3f}"}
+        extra = {} if ul is None else {"ul": f"{ul_value:.3f}"}
         bar.update(budget.progress(step, tokens, elapsed), loss=f"{loss_ema:.3f}", **extra,
                    tok_s=f"{x.numel() / dt:.0f}", lr=f"{lr:.1e}", thr=governor.current)
         governor.step(x.numel() / dt)

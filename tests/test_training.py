@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shlex
+import subprocess
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -394,3 +398,24 @@ def test_line_aligned_prefixes_are_whole_lines_within_the_budget(tokenizer_dir):
         assert any("".join(lines[i:]).startswith(text) for i in range(len(lines)))  # starts at a line
         seen_def |= text.lstrip().startswith(("def ", "class "))
     assert seen_def
+
+
+def test_rebuild_script_is_valid_bash_and_every_command_parses():
+    """scripts/rebuild_tiny_coder.sh is the documented way to rebuild the embedded pair (8 h):
+    a renamed or removed flag must fail here, not hours into a rebuild."""
+    from app.cli import build_parser
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "rebuild_tiny_coder.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text().replace("\\\n", " ")
+    variables = dict(re.findall(r'^([A-Z_]+)="([^"]*)"$', text, flags=re.M))
+    commands = [line.strip() for line in text.splitlines() if line.strip().startswith("dflash-studio ")]
+    assert [c.split()[1:3] for c in commands if c.split()[1] == "train"] == [
+        ["train", "tokenizer"], ["train", "target"], ["train", "draft"], ["train", "draft"],
+        ["train", "target"], ["train", "draft"], ["train", "draft"]]
+    parser = build_parser()
+    for command in commands:
+        for name, value in variables.items():
+            command = command.replace(f"${name}", value)
+        argv = shlex.split(command.split("#")[0])[1:]
+        parser.parse_args(argv)  # SystemExit(2) on an unknown or malformed flag

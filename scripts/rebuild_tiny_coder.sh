@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Rebuild the embedded tiny coder (assets/models/tiny-coder) from scratch on a CPU.
+# About 8 hours on 2 cores; every step resumes from its --work checkpoint, so rerun this script
+# after an interruption. Run it in the background:
+#   nohup bash scripts/rebuild_tiny_coder.sh > runs/rebuild.log 2>&1 &
+# The budgets are wall-clock: on a busy machine the same flags train fewer tokens.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DRAFT_FLAGS="--layers 2 --block-size 8 --batch-size 4 --anchors 64 --prompt-tokens 128 --gen-batch 64 --eval-sequences 48 --threads 2"
+
+# copy a draft run's regenerated sequences into a new work dir, once (a rerun must not reset a grown pool)
+seed_pool() { mkdir -p "$2"; [ -f "$2/train_sequences.pt" ] || cp "$1"/{train,eval}_sequences.pt "$2"/; }
+
+dflash-studio train tokenizer --out runs/tokenizer
+# the base target: 12 x 256 Qwen3 on standard-library source + request->code chat pairs
+dflash-studio train target --tokenizer runs/tokenizer --out runs/target/model --work runs/target/work \
+    --max-minutes 88 --batch-size 8 --lr 1.5e-3 --threads 2 --checkpoint-minutes 8 --seed 0
+# draft stage 1: self-distillation from scratch
+dflash-studio train draft --target runs/target/model --out runs/draft/model --work runs/draft/work $DRAFT_FLAGS \
+    --lr 1e-3 --num-sequences 4000 --new-tokens 160 --gen-fraction 0.3 --max-minutes 36 --checkpoint-minutes 6 --seed 0
+# draft stage 2: keep stage 1's sequences (and its held-out ones), regenerate more, fine-tune an hour
+seed_pool runs/draft/work runs/draft2/work
+dflash-studio train draft --target runs/target/model --out runs/draft2/model --work runs/draft2/work $DRAFT_FLAGS \
+    --init runs/draft/model --lr 6e-4 --num-sequences 9000 --new-tokens 128 --gen-fraction 0.3 \
+    --max-minutes 90 --cache-features-gb 12 --checkpoint-minutes 8 --seed 3
+# the anti-loop fine-tune of the target: unlikelihood on stage 2's looping text, layers 10-11 only
+dflash-studio train target --init runs/target/model --unlikelihood runs/draft2/work \
+    --out runs/target_ul/model --work runs/target_ul/work --train-from-layer 10 --max-steps 100 \
+    --batch-size 8 --lr 5e-4 --unlikelihood-weight 1.0 --threads 2 --samples 0 --seed 7
+# draft stage 3: the stage 2 draft on the new target, stage 2's sequences as contexts plus new ones
+seed_pool runs/draft2/work runs/draft3/work
+dflash-studio train draft --target runs/target_ul/model --out runs/draft3/model --work runs/draft3/work $DRAFT_FLAGS \
+    --init runs/draft2/model --lr 5e-4 --num-sequences 7900 --new-tokens 128 --gen-fraction 0.1 \
+    --max-minutes 48 --cache-features-gb 14 --checkpoint-minutes 6 --seed 8
+# draft stage 4: only the new target's own text (a fresh --work), 70 minutes of training
+dflash-studio train draft --target runs/target_ul/model --out runs/draft4/model --work runs/draft4/work $DRAFT_FLAGS \
+    --init runs/draft3/model --lr 4e-4 --num-sequences 6400 --new-tokens 128 --gen-fraction 0.3 \
+    --max-minutes 92 --cache-features-gb 14 --checkpoint-minutes 8 --seed 9
+
+mkdir -p assets/models/tiny-coder/target assets/models/tiny-coder/draft
+cp runs/target_ul/model/* assets/models/tiny-coder/target/
+cp runs/draft4/model/* assets/models/tiny-coder/draft/
+dflash-studio bench --no-fallback   # greedy, block 8, the shipped prompt set

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import InvalidRequestError
+from engine.features import decoder_layers
 
 from .common import (Budget, JsonlLog, Progress, ThreadGovernor, cosine_lr,
                      load_checkpoint, save_checkpoint, set_seed, set_threads, write_json)
@@ -227,7 +228,7 @@ def freeze_below(model, layer: int) -> None:
         raise InvalidRequestError(f"--train-from-layer must be between 1 and {model.config.num_hidden_layers - 1}")
     model.get_input_embeddings().weight.requires_grad_(False)
     model.get_output_embeddings().weight.requires_grad_(False)
-    for index, block in enumerate(model.model.layers):
+    for index, block in enumerate(decoder_layers(model)):
         block.requires_grad_(index >= layer)
 
 
@@ -416,10 +417,10 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
         loss_ema = lv if loss_ema is None else 0.95 * loss_ema + 0.05 * lv
         if step % 10 == 0 or step == 1:
             jlog.write("train", step=step, tokens=tokens, loss=round(lv, 4), lr=lr,
-                       unlikelihood=None if ul is None else round(ul_value, 4),
+                       unlikelihood=None if ul_value is None else round(ul_value, 4),
                        grad_norm=round(float(gnorm), 3), tok_s=round(x.numel() / dt, 1),
                        elapsed=round(elapsed, 1), threads=governor.current)
-        extra = {} if ul is None else {"ul": f"{ul_value:.3f}"}
+        extra = {} if ul_value is None else {"ul": f"{ul_value:.3f}"}
         bar.update(budget.progress(step, tokens, elapsed), loss=f"{loss_ema:.3f}", **extra,
                    tok_s=f"{x.numel() / dt:.0f}", lr=f"{lr:.1e}", thr=governor.current)
         governor.step(x.numel() / dt)

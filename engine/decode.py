@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
@@ -75,82 +76,130 @@ def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, 
         anchor = chooser.choose(out.logits[0, -1:])[0]
         pending = [capture.take()] if speculative else []  # features not yet in the draft cache
         prefill_ms = (clock(device) - t0) * 1000
-        tokens, text_parts = [anchor], [detok.push(anchor) if detok else ""]
+        reply = Reply(detok, anchor)
         yield Started(num_prompt, sampling.max_new_tokens, max_block, sampling.temperature,
-                      anchor, text_parts[0], prefill_ms, speculative)
+                      anchor, reply.text_parts[0], prefill_ms, speculative)
 
-        start, taus, cycles, reason = num_prompt, [], [], None
+        start, reason = num_prompt, None
         stopped = anchor in stop_ids
         while start + 1 < max_length and not stopped:
             if cancel is not None and cancel.is_set():
                 reason = "cancelled"
                 break
             block = min(policy.block_size, max_length - start)
-
-            # ---- draft: one forward fills the block's B-1 mask slots ----
-            t_draft = clock(device)
-            drafts, draft_logits = [], None
+            step = draft_and_verify(target, draft, cache, draft_cache, pending, anchor, start, block, chooser)
             if block > 1:
-                drafts, draft_logits = propose(draft, target, draft_cache, pending, anchor, start, block)
-                pending = []
-            t_verify = clock(device)
+                pending = []  # the draft pass took every pending feature into its cache
 
-            # ---- verify: one target forward over [anchor, drafts] ----
-            out = target(input_ids=torch.tensor([[anchor] + drafts], device=device),
-                         position_ids=torch.arange(start, start + block, device=device)[None],
-                         past_key_values=cache, use_cache=True)
-            logits = out.logits[0]
-            chosen = chooser.choose(logits)
-            t_done = clock(device)
-
-            # ---- accept while equal; the target's own token at the first mismatch is the bonus ----
-            accepted = leading_matches(drafts, chosen)
-            emitted = (drafts[:accepted] + [chosen[accepted]])[: max_length - start - 1]
-            emitted = cut_at_stop(emitted, stop_ids)
+            # ---- emit accepted drafts + the target's own token, cut at a stop token / the length ----
+            emitted = cut_at_stop(step.emitted[: max_length - start - 1], stop_ids)
             stopped = emitted[-1] in stop_ids
 
             # ---- commit: keep anchor + accepted drafts in the target cache; their features go to the draft ----
-            produced = len(emitted)
-            crop_cache(cache, start + produced)
+            crop_cache(cache, start + len(emitted))
             if capture is not None:
-                pending.append(capture.take()[:, :produced])
-            decision = policy.observe(block, accepted, (t_verify - t_draft) * 1000, (t_done - t_verify) * 1000)
-
-            accepted_pieces = [detok.push(t) if detok else "" for t in emitted[:accepted]]
-            rejected = drafts[accepted:]
-            rejected_pieces = detok.peek(rejected) if detok else [""] * len(rejected)
-            tail_pieces = [detok.push(t) if detok else "" for t in emitted[accepted:]]
-            cycle = Cycle(
-                index=len(cycles) + 1, block_size=block, anchor=anchor, anchor_position=start,
-                draft_tokens=tuple(drafts), accepted=accepted,
-                bonus=chosen[accepted] if produced == accepted + 1 else None,
-                emitted=tuple(emitted), emitted_pieces=tuple(accepted_pieces + tail_pieces)[:produced],
-                rejected=tuple(rejected), rejected_pieces=tuple(rejected_pieces),
-                slots=describe_slots(drafts, draft_logits, logits, chosen, accepted, sampling, tokenizer) if slot_details and drafts else (),
-                draft_ms=(t_verify - t_draft) * 1000, verify_ms=(t_done - t_verify) * 1000,
-                fallback=decision, context_length=start + produced,
-                new_context_features=sum(p.shape[1] for p in pending),
-            )
-            cycles.append(cycle)
-            taus.append(produced)
-            tokens.extend(emitted)
-            text_parts.extend(cycle.emitted_pieces)
-            start += produced
+                pending.append(capture.take()[:, : len(emitted)])
+            decision = policy.observe(block, step.accepted, step.draft_ms, step.verify_ms)
+            cycle = reply.add_cycle(step, emitted, start, decision, pending,
+                                    (sampling, tokenizer) if slot_details else None)
+            start += len(emitted)
             anchor = emitted[-1]
             yield cycle
 
-        if detok is not None:
-            text_parts.append(detok.flush())
         total_ms = (clock(device) - t0) * 1000
-        yield Finished(
-            reason=reason or ("stop" if stopped else "length"), token_ids=tuple(tokens), text="".join(text_parts),
-            acceptance_lengths=tuple(taus), prompt_tokens=num_prompt, prefill_ms=prefill_ms,
-            decode_ms=total_ms - prefill_ms, total_ms=total_ms, cycles=len(cycles),
-            per_position_acceptance=per_position_acceptance(cycles, max_block),
-        )
+        yield reply.finish(reason or ("stop" if stopped else "length"), num_prompt, prefill_ms, total_ms, max_block)
     finally:
         if capture is not None:
             capture.detach()
+
+
+@dataclass(frozen=True)
+class Verified:
+    """One cycle's draft and verify: what was proposed, what the target chose, what it costs."""
+
+    drafts: list[int]  # the B-1 proposals
+    draft_logits: torch.Tensor | None  # [B-1, V]; None at block 1
+    target_logits: torch.Tensor  # [B, V]: position j predicts the token after [anchor, drafts[:j]]
+    chosen: list[int]  # the target's token at each verified position
+    accepted: int  # leading drafts equal to the target's choices
+    draft_ms: float
+    verify_ms: float
+
+    @property
+    def emitted(self) -> list[int]:
+        """Accepted drafts plus the target's own token at the first mismatch (the bonus)."""
+        return self.drafts[: self.accepted] + [self.chosen[self.accepted]]
+
+
+def draft_and_verify(target, draft, cache, draft_cache, pending, anchor, start, block, chooser) -> Verified:
+    """ONE draft forward fills the block's B-1 mask slots (none at block 1); ONE target forward
+    verifies [anchor, drafts] at positions start..start+B-1 (the target cache appends them)."""
+    device = target.device
+    t_draft = clock(device)
+    drafts, draft_logits = [], None
+    if block > 1:
+        drafts, draft_logits = propose(draft, target, draft_cache, pending, anchor, start, block)
+    t_verify = clock(device)
+    out = target(input_ids=torch.tensor([[anchor] + drafts], device=device),
+                 position_ids=torch.arange(start, start + block, device=device)[None],
+                 past_key_values=cache, use_cache=True)
+    logits = out.logits[0]
+    chosen = chooser.choose(logits)
+    t_done = clock(device)
+    return Verified(drafts, draft_logits, logits, chosen, leading_matches(drafts, chosen),
+                    (t_verify - t_draft) * 1000, (t_done - t_verify) * 1000)
+
+
+class Reply:
+    """What one generation has emitted so far (tokens, text pieces, cycles), and the events
+    that describe it: a ``Cycle`` per step (with its detokenised pieces and slot details) and
+    the closing ``Finished``."""
+
+    def __init__(self, detok: IncrementalDetokenizer | None, first_token: int):
+        self.detok = detok
+        self.tokens = [first_token]
+        self.text_parts = [detok.push(first_token) if detok else ""]
+        self.cycles: list[Cycle] = []
+
+    def _push(self, tokens: list[int]) -> list[str]:
+        return [self.detok.push(t) for t in tokens] if self.detok else [""] * len(tokens)
+
+    def add_cycle(self, step: Verified, emitted: list[int], start: int, decision, pending,
+                  slot_context: tuple | None) -> Cycle:
+        """The Cycle event for ``step`` (``emitted`` is its output after the stop/length cut);
+        ``slot_context`` = (sampling, tokenizer) when the teaching view wants per-slot details."""
+        accepted, produced = step.accepted, len(emitted)
+        accepted_pieces = self._push(emitted[:accepted])
+        rejected = step.drafts[accepted:]
+        rejected_pieces = self.detok.peek(rejected) if self.detok else [""] * len(rejected)
+        pieces = (accepted_pieces + self._push(emitted[accepted:]))[:produced]
+        slots = ()
+        if slot_context is not None and step.drafts:
+            slots = describe_slots(step.drafts, step.draft_logits, step.target_logits, step.chosen, accepted,
+                                   *slot_context)
+        cycle = Cycle(
+            index=len(self.cycles) + 1, block_size=len(step.drafts) + 1, anchor=self.tokens[-1],
+            anchor_position=start, draft_tokens=tuple(step.drafts), accepted=accepted,
+            bonus=step.chosen[accepted] if produced == accepted + 1 else None,
+            emitted=tuple(emitted), emitted_pieces=tuple(pieces),
+            rejected=tuple(rejected), rejected_pieces=tuple(rejected_pieces), slots=slots,
+            draft_ms=step.draft_ms, verify_ms=step.verify_ms, fallback=decision,
+            context_length=start + produced, new_context_features=sum(p.shape[1] for p in pending),
+        )
+        self.cycles.append(cycle)
+        self.tokens.extend(emitted)
+        self.text_parts.extend(pieces)
+        return cycle
+
+    def finish(self, reason, num_prompt: int, prefill_ms: float, total_ms: float, max_block: int) -> Finished:
+        if self.detok is not None:
+            self.text_parts.append(self.detok.flush())
+        return Finished(
+            reason=reason, token_ids=tuple(self.tokens), text="".join(self.text_parts),
+            acceptance_lengths=tuple(c.tau for c in self.cycles), prompt_tokens=num_prompt,
+            prefill_ms=prefill_ms, decode_ms=total_ms - prefill_ms, total_ms=total_ms, cycles=len(self.cycles),
+            per_position_acceptance=per_position_acceptance(self.cycles, max_block),
+        )
 
 
 # ------------------------------------------------------------------ small helpers

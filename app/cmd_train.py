@@ -84,7 +84,13 @@ def run_draft(args) -> int:
 def register(subparsers) -> None:
     train = subparsers.add_parser("train", help="train the tokenizer, the target or a DFlash draft")
     sub = train.add_subparsers(dest="train_command", metavar="WHAT")
+    _register_tokenizer(sub)
+    _register_target(sub)
+    _register_draft(sub)
+    train.set_defaults(func=lambda args: (train.print_help() or 1))
 
+
+def _register_tokenizer(sub) -> None:
     p = sub.add_parser("tokenizer", help="byte-level BPE on Python source")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--corpus", type=Path, default=None,
@@ -93,6 +99,8 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run_tokenizer)
 
+
+def _register_target(sub) -> None:
     p = sub.add_parser("target", help="a small Qwen3ForCausalLM coder, from scratch or fine-tuned")
     _common(p, default_minutes=50)
     p.add_argument("--tokenizer", type=Path, default=None,
@@ -125,6 +133,8 @@ def register(subparsers) -> None:
     p.add_argument("--sample-tokens", type=int, default=96)
     p.set_defaults(func=run_target)
 
+
+def _register_draft(sub) -> None:
     p = sub.add_parser("draft", help="a DFlash draft for any causal-LM target (self-distillation)")
     _common(p, default_minutes=35)
     p.add_argument("--target", required=True, help="target model directory or hub id")
@@ -163,5 +173,3 @@ def register(subparsers) -> None:
                         "of 8+ tokens (for targets whose greedy text loops; the held-out estimate of "
                         "tau then stops counting easy repetition)")
     p.set_defaults(func=run_draft)
-
-    train.set_defaults(func=lambda args: (train.print_help() or 1))

@@ -20,6 +20,7 @@ from typing import Any, Callable  # noqa: E402
 
 from engine.config import EngineConfig  # noqa: E402
 from engine.errors import CheckpointError  # noqa: E402
+from engine.events import LoadStatus  # noqa: E402
 
 from .config import AppConfig  # noqa: E402
 
@@ -87,9 +88,6 @@ class EngineHost:
     """
 
     def __init__(self, catalog: list[ModelChoice], loader: Loader, initial_key: str | None = None):
-        from ui.context import LoadStatus
-
-        self._LoadStatus = LoadStatus
         self.catalog = {choice.key: choice for choice in catalog}
         self.loader = loader
         self.initial_key = initial_key or (catalog[0].key if catalog else "")
@@ -108,7 +106,7 @@ class EngineHost:
     def current_key(self) -> str:
         return self._key or self.initial_key
 
-    def status(self):
+    def status(self) -> LoadStatus:
         with self._lock:
             return self._status
 
@@ -125,7 +123,7 @@ class EngineHost:
             future.set_exception(CheckpointError(f"unknown model {key!r}"))
             return future
         with self._lock:
-            self._status = self._LoadStatus("loading", 0.0, "queued", key, "")
+            self._status = LoadStatus("loading", 0.0, "queued", key, "")
         return self._executor.submit(self._load, key)
 
     def submit(self, fn: Callable[[Any], Any]) -> Future:
@@ -138,7 +136,7 @@ class EngineHost:
     def _load(self, key: str):
         def progress(fraction: float, message: str) -> None:
             with self._lock:
-                self._status = self._LoadStatus("loading", float(fraction), message, key, "")
+                self._status = LoadStatus("loading", float(fraction), message, key, "")
 
         try:
             engine = self.loader(self.catalog[key], progress)
@@ -146,11 +144,11 @@ class EngineHost:
             reason = str(exc) or type(exc).__name__
             with self._lock:
                 state = "ready" if self._engine is not None else "failed"
-                self._status = self._LoadStatus(state, 1.0, "", self._key or key, f"{key}: {reason}")
+                self._status = LoadStatus(state, 1.0, "", self._key or key, f"{key}: {reason}")
             raise
         with self._lock:
             self._engine, self._key = engine, key
-            self._status = self._LoadStatus("ready", 1.0, "ready", key, "")
+            self._status = LoadStatus("ready", 1.0, "ready", key, "")
         return engine
 
 

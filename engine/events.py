@@ -16,6 +16,21 @@ FallbackState = Literal["full", "reduced", "off", "fixed"]
 
 
 @dataclass(frozen=True)
+class LoadStatus:
+    """Where loading a model stands: reported by the host that loads engines, shown by the UI.
+
+    Not part of a generation's event stream; it lives here because it is a plain value that
+    both the app (which loads) and the UI (which shows) need, and neither may own it for the other.
+    """
+
+    state: Literal["loading", "ready", "failed"]
+    fraction: float = 0.0
+    message: str = ""
+    model_key: str = ""  # the model being loaded, or the one that is loaded
+    error: str = ""  # why the last load failed (the previous model, if any, stays in use)
+
+
+@dataclass(frozen=True)
 class FallbackDecision:
     """What the fallback policy decided after a cycle: the block size of the NEXT cycle."""
 

@@ -10,14 +10,19 @@ A writer belongs to the one thread that runs the generation; the store it writes
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from .cycles import encode_cycle
 from .fields import check_status, stats_to_message_fields
 
-if TYPE_CHECKING:
-    from .store import SessionStore
+
+class ReplySink(Protocol):
+    """Where a writer saves: ``SessionStore`` is one (named here so the writer needs no store import)."""
+
+    def save_reply(
+        self, message_id: int, *, content: str | None = None, cycles: Iterable[dict] = (), **fields: Any
+    ) -> None: ...
 
 
 class ReplyWriter:
@@ -25,7 +30,7 @@ class ReplyWriter:
 
     def __init__(
         self,
-        store: SessionStore,
+        store: ReplySink,
         message_id: int,
         flush_interval_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,

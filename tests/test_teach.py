@@ -452,17 +452,15 @@ def test_analytics_view_export_csv_and_png(ctx, engine, tmp_path):
 def test_the_tab_builds_inside_and_outside_a_tab(ctx):
     import gradio as gr
 
-    from ui.layout import BROWSER_KEY
-
     with gr.Blocks() as demo:
-        remembered = gr.BrowserState(None, storage_key=BROWSER_KEY)
-        with gr.Tab("Teach", elem_id="teach"):
-            inside = teach.build_teach_tab(ctx)
+        remembered = gr.BrowserState(None, storage_key="dflash-studio-session")
+        with gr.Tab("Teach", elem_id="teach") as tab:
+            inside = teach.build_teach_tab(ctx, demo, tab, chat_session=remembered)
     assert inside["chat_session"] is remembered
     ids = {block.elem_id for block in demo.blocks.values() if getattr(block, "elem_id", None)}
     assert {"teach-prev", "teach-next", "teach-play", "teach-step", "compare", "compare-result"} <= ids
     with gr.Blocks() as bare:
-        outside = teach.build_teach_tab(ctx)  # no tab, no chat: filled on page load instead
+        outside = teach.build_teach_tab(ctx, bare)  # no tab, no chat: filled on page load instead
     assert outside["chat_session"] is None
     assert any(dep.get("trigger_after") is None and any(t[1] == "load" for t in dep.get("targets", []))
                for dep in bare.config["dependencies"])

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from app.cli import main as cli
-from engine.bench import is_loop
+from engine.repetition import is_loop
 from engine.training.common import Budget, ThreadGovernor, cosine_lr
 from engine.training.draft import (SequencePool, acceptance_stats, block_inputs, block_labels, loss_weights,
                                    sample_anchors, training_mask, trim_repetition)

@@ -1,5 +1,6 @@
 """What the UI is handed by ``app``: a store, an engine host and defaults. The UI never builds
-these itself (DESIGN §1: ``ui`` imports only the engine's event types and configs)."""
+these itself (DESIGN §1: ``ui`` imports only the engine's event types and configs, and the
+store's named errors so that it can turn them into messages)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from engine.events import LoadStatus
+from storage.errors import StoreError
 
-@dataclass(frozen=True)
-class LoadStatus:
-    state: str  # "loading" | "ready" | "failed"
-    fraction: float = 0.0
-    message: str = ""
-    model_key: str = ""  # the model being loaded, or the one that is loaded
-    error: str = ""  # why the last load failed (the previous model, if any, stays in use)
+# What a store call may raise that the UI turns into a message (a bad id, a bad value).
+STORE_ERRORS: tuple[type[Exception], ...] = (StoreError, ValueError)
 
 
 class EngineHost(Protocol):

@@ -22,20 +22,13 @@ from engine.config import FallbackConfig, SamplingConfig
 from engine.errors import DFlashError
 
 from . import charts
-from .context import UIContext
+from .context import STORE_ERRORS, UIContext
 from .generation import GenerationRequest, stream_reply
 from .render import assistant_markdown, esc, render_token_view, stats_html, user_markdown
 from .trace import ReplyTrace
 
 SETTING_KEYS = ("block_size", "temperature", "top_p", "max_new_tokens", "fallback", "show_rejected")
 TITLE_CHARS = 48
-STORE_ERRORS: tuple[type[Exception], ...]
-try:
-    from storage.errors import StoreError as _StoreError
-
-    STORE_ERRORS = (_StoreError, ValueError)
-except ImportError:  # pragma: no cover - storage is part of the distribution
-    STORE_ERRORS = (ValueError,)
 
 
 # ============================================================================ settings

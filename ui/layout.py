@@ -49,94 +49,104 @@ def launch_options() -> dict:
 
 def build_ui(ctx: UIContext) -> gr.Blocks:
     with gr.Blocks(title="DFlash Studio", fill_width=True) as demo:
-        c = layout(ctx)
+        c = layout(ctx, demo)
         wire(ctx, demo, c)
     demo.queue(default_concurrency_limit=8, max_size=64)
     return demo
 
 
-def layout(ctx: UIContext) -> SimpleNamespace:
+def layout(ctx: UIContext, demo: gr.Blocks) -> SimpleNamespace:
+    """Every component, named on one namespace: sessions | chat, complete, teach | settings, charts."""
     c = SimpleNamespace()
     c.session = gr.State(None)
     c.msg_ids = gr.State([])
     c.remembered = gr.BrowserState(None, storage_key=BROWSER_KEY)
-    defaults = h.default_settings(ctx)
     with gr.Row(equal_height=False):
-        # ---------------------------------------------------------------- sessions
         with gr.Column(scale=1, min_width=220):
-            gr.Markdown("# DFlash Studio\nspeculative decoding you can see", elem_id="app-title")
-            c.new_session = gr.Button("+ New session", elem_id="new-session")
-            c.search = gr.Textbox(placeholder="Search sessions…", show_label=False, elem_id="session-search",
-                                  container=False)
-            c.sessions = gr.Radio(choices=[], label="Sessions", elem_id="session-list")
-            c.title = gr.Textbox(label="Session title", elem_id="session-title", max_lines=1)
-            with gr.Row():
-                c.rename = gr.Button("Rename", size="sm", elem_id="rename-session")
-                c.export = gr.Button("Export", size="sm", elem_id="export-session")
-                c.import_file = gr.UploadButton("Import", size="sm", file_types=[".json"], file_count="single",
-                                                elem_id="import-session")
-                c.delete = gr.Button("Delete", size="sm", variant="stop", elem_id="delete-session")
-            with gr.Row(visible=False, elem_id="confirm-row") as c.confirm_row:
-                gr.Markdown("Delete this session and all its messages?")
-                c.confirm = gr.Button("Delete", size="sm", variant="stop", elem_id="confirm-delete")
-                c.cancel = gr.Button("Keep", size="sm", elem_id="cancel-delete")
-            c.export_file = gr.File(label="Export (JSON)", visible=False, elem_id="export-file", interactive=False)
-            c.delete_all = gr.Button("Delete all sessions…", size="sm", variant="secondary", elem_id="delete-all-sessions")
-            with gr.Row(visible=False, elem_id="confirm-all-row") as c.confirm_all_row:
-                c.confirm_all_text = gr.Markdown(elem_id="confirm-all-text")
-                c.confirm_all = gr.Button("Delete all", size="sm", variant="stop", elem_id="confirm-delete-all")
-                c.cancel_all = gr.Button("Keep", size="sm", elem_id="cancel-delete-all")
-        # ---------------------------------------------------------------- chat, complete, teach
+            _sessions_column(c)
         with gr.Column(scale=3, min_width=480):
-            with gr.Tabs():
-                with gr.Tab("Chat", elem_id="chat-tab"):
-                    c.chat = gr.Chatbot(elem_id="chat", height=430, editable="user", buttons=["copy", "copy_all"],
-                                        show_label=False, feedback_options=None,
-                                        placeholder="Ask the local coder for some code. Replies stream one verified block at a time.")
-                    with gr.Row(equal_height=True):
-                        c.chat_input = gr.Textbox(placeholder="Ask for code…  (Enter sends, Shift+Enter adds a line)",
-                                                  lines=1, max_lines=10, show_label=False, elem_id="chat-input",
-                                                  scale=8, autofocus=True, container=False,
-                                                  interactive=False)  # enabled once the page has its session
-                        c.send = gr.Button("Send", variant="primary", elem_id="send", scale=1, min_width=70)
-                        c.stop = gr.Button("Stop", variant="stop", elem_id="stop", scale=1, min_width=70)
-                    c.regenerate = gr.Button("↻ Regenerate last reply", size="sm", elem_id="regenerate")
-                with gr.Tab("Complete", elem_id="complete-tab"):
-                    c.code = gr.Code(value=EXAMPLE_CODE, language="python", lines=14, interactive=True,
-                                     elem_id="code-editor", label="Code: the model continues it as raw text")
-                    with gr.Row():
-                        c.complete = gr.Button("Continue the code", variant="primary", elem_id="complete")
-                        c.complete_stop = gr.Button("Stop", variant="stop", elem_id="complete-stop")
-                with gr.Tab("Teach", elem_id="teach"):
-                    c.teach = build_teach_tab(ctx)
-            c.stats = gr.HTML(stats_html(None), elem_id="stats")
-            c.token_view = gr.HTML(render_token_view(None), elem_id="token-view")
-        # ---------------------------------------------------------------- model, settings, charts
+            _conversation_column(ctx, demo, c)
         with gr.Column(scale=2, min_width=340):
-            c.model_status = gr.HTML(h.model_status_html(ctx), elem_id="model-status")
-            with gr.Accordion("Settings (saved with the session)", open=True):
-                c.model = gr.Dropdown(choices=ctx.engines.choices(), value=ctx.engines.current_key or None,
-                                      label="Model (target + DFlash draft)", elem_id="model-picker")
-                c.block_size = gr.Slider(1, ctx.defaults.max_block_size, value=defaults["block_size"], step=1,
-                                         label="Block size (1 = no speculation)", elem_id="block-size")
-                c.temperature = gr.Slider(0.0, 2.0, value=defaults["temperature"], step=0.05, label="Temperature",
-                                          elem_id="temperature")
-                c.top_p = gr.Slider(0.05, 1.0, value=defaults["top_p"], step=0.05, label="Top-p", elem_id="top-p")
-                c.max_new_tokens = gr.Slider(1, max(2048, defaults["max_new_tokens"]), value=defaults["max_new_tokens"], step=1,
-                                             label="Max new tokens", elem_id="max-new-tokens")
-                with gr.Row():
-                    c.fallback = gr.Checkbox(value=defaults["fallback"], label="Dynamic fallback",
-                                             elem_id="fallback-toggle")
-                    c.show_rejected = gr.Checkbox(value=defaults["show_rejected"], label="Show rejected drafts",
-                                                  elem_id="show-rejected")
-            c.acceptance_chart = gr.Plot(elem_id="acceptance-chart", show_label=False)
-            c.session_chart = gr.Plot(elem_id="session-chart", show_label=False)
-            with gr.Row():
-                c.tau_histogram = gr.Plot(elem_id="tau-histogram", show_label=False)
-                c.position_chart = gr.Plot(elem_id="position-chart", show_label=False)
+            _settings_column(ctx, c)
     c.timer = gr.Timer(0.5, active=True)
     c.controls = [c.block_size, c.temperature, c.top_p, c.max_new_tokens, c.fallback, c.show_rejected]
     return c
+
+
+def _sessions_column(c: SimpleNamespace) -> None:
+    gr.Markdown("# DFlash Studio\nspeculative decoding you can see", elem_id="app-title")
+    c.new_session = gr.Button("+ New session", elem_id="new-session")
+    c.search = gr.Textbox(placeholder="Search sessions…", show_label=False, elem_id="session-search",
+                          container=False)
+    c.sessions = gr.Radio(choices=[], label="Sessions", elem_id="session-list")
+    c.title = gr.Textbox(label="Session title", elem_id="session-title", max_lines=1)
+    with gr.Row():
+        c.rename = gr.Button("Rename", size="sm", elem_id="rename-session")
+        c.export = gr.Button("Export", size="sm", elem_id="export-session")
+        c.import_file = gr.UploadButton("Import", size="sm", file_types=[".json"], file_count="single",
+                                        elem_id="import-session")
+        c.delete = gr.Button("Delete", size="sm", variant="stop", elem_id="delete-session")
+    with gr.Row(visible=False, elem_id="confirm-row") as c.confirm_row:
+        gr.Markdown("Delete this session and all its messages?")
+        c.confirm = gr.Button("Delete", size="sm", variant="stop", elem_id="confirm-delete")
+        c.cancel = gr.Button("Keep", size="sm", elem_id="cancel-delete")
+    c.export_file = gr.File(label="Export (JSON)", visible=False, elem_id="export-file", interactive=False)
+    c.delete_all = gr.Button("Delete all sessions…", size="sm", variant="secondary", elem_id="delete-all-sessions")
+    with gr.Row(visible=False, elem_id="confirm-all-row") as c.confirm_all_row:
+        c.confirm_all_text = gr.Markdown(elem_id="confirm-all-text")
+        c.confirm_all = gr.Button("Delete all", size="sm", variant="stop", elem_id="confirm-delete-all")
+        c.cancel_all = gr.Button("Keep", size="sm", elem_id="cancel-delete-all")
+
+
+def _conversation_column(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
+    with gr.Tabs():
+        with gr.Tab("Chat", elem_id="chat-tab"):
+            c.chat = gr.Chatbot(elem_id="chat", height=430, editable="user", buttons=["copy", "copy_all"],
+                                show_label=False, feedback_options=None,
+                                placeholder="Ask the local coder for some code. Replies stream one verified block at a time.")
+            with gr.Row(equal_height=True):
+                c.chat_input = gr.Textbox(placeholder="Ask for code…  (Enter sends, Shift+Enter adds a line)",
+                                          lines=1, max_lines=10, show_label=False, elem_id="chat-input",
+                                          scale=8, autofocus=True, container=False,
+                                          interactive=False)  # enabled once the page has its session
+                c.send = gr.Button("Send", variant="primary", elem_id="send", scale=1, min_width=70)
+                c.stop = gr.Button("Stop", variant="stop", elem_id="stop", scale=1, min_width=70)
+            c.regenerate = gr.Button("↻ Regenerate last reply", size="sm", elem_id="regenerate")
+        with gr.Tab("Complete", elem_id="complete-tab"):
+            c.code = gr.Code(value=EXAMPLE_CODE, language="python", lines=14, interactive=True,
+                             elem_id="code-editor", label="Code: the model continues it as raw text")
+            with gr.Row():
+                c.complete = gr.Button("Continue the code", variant="primary", elem_id="complete")
+                c.complete_stop = gr.Button("Stop", variant="stop", elem_id="complete-stop")
+        with gr.Tab("Teach", elem_id="teach") as teach_tab:
+            c.teach = build_teach_tab(ctx, demo, teach_tab, chat_session=c.remembered)
+    c.stats = gr.HTML(stats_html(None), elem_id="stats")
+    c.token_view = gr.HTML(render_token_view(None), elem_id="token-view")
+
+
+def _settings_column(ctx: UIContext, c: SimpleNamespace) -> None:
+    defaults = h.default_settings(ctx)
+    c.model_status = gr.HTML(h.model_status_html(ctx), elem_id="model-status")
+    with gr.Accordion("Settings (saved with the session)", open=True):
+        c.model = gr.Dropdown(choices=ctx.engines.choices(), value=ctx.engines.current_key or None,
+                              label="Model (target + DFlash draft)", elem_id="model-picker")
+        c.block_size = gr.Slider(1, ctx.defaults.max_block_size, value=defaults["block_size"], step=1,
+                                 label="Block size (1 = no speculation)", elem_id="block-size")
+        c.temperature = gr.Slider(0.0, 2.0, value=defaults["temperature"], step=0.05, label="Temperature",
+                                  elem_id="temperature")
+        c.top_p = gr.Slider(0.05, 1.0, value=defaults["top_p"], step=0.05, label="Top-p", elem_id="top-p")
+        c.max_new_tokens = gr.Slider(1, max(2048, defaults["max_new_tokens"]), value=defaults["max_new_tokens"], step=1,
+                                     label="Max new tokens", elem_id="max-new-tokens")
+        with gr.Row():
+            c.fallback = gr.Checkbox(value=defaults["fallback"], label="Dynamic fallback",
+                                     elem_id="fallback-toggle")
+            c.show_rejected = gr.Checkbox(value=defaults["show_rejected"], label="Show rejected drafts",
+                                          elem_id="show-rejected")
+    c.acceptance_chart = gr.Plot(elem_id="acceptance-chart", show_label=False)
+    c.session_chart = gr.Plot(elem_id="session-chart", show_label=False)
+    with gr.Row():
+        c.tau_histogram = gr.Plot(elem_id="tau-histogram", show_label=False)
+        c.position_chart = gr.Plot(elem_id="position-chart", show_label=False)
 
 
 def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:

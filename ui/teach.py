@@ -1,9 +1,9 @@
 """The Teach tab: replay a stored reply block by block, compare it with plain decoding, and
 look at a session's analytics.
 
-``build_teach_tab(ctx)`` is called inside ``with gr.Tab("Teach", elem_id="teach")`` in
-``ui.layout``; it builds the tab and wires its own events (the tab's ``select`` and the page's
-``load`` refresh it, so it needs nothing from the rest of the layout). Everything shown comes
+``build_teach_tab(ctx, demo, tab, chat_session)`` is called inside ``with gr.Tab("Teach",
+elem_id="teach") as tab`` in ``ui.layout``; it builds the tab and wires its own events (the tab's
+``select`` or the page's ``load`` refresh it; it needs only the chat's remembered session). Everything shown comes
 from the store; the comparison runs on the engine worker (``ctx.engines.submit``).
 
 Element ids: teach-session, teach-reply, teach-refresh, teach-prev, teach-play, teach-next,
@@ -22,7 +22,7 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from . import analytics as an
-from .context import UIContext
+from .context import STORE_ERRORS, UIContext
 from .render import esc
 from .teach_compare import Comparison, run_comparison, sampling_from_settings, stored_run
 from .teach_render import TEACH_CSS, compare_html, explainer_html, step_html
@@ -31,12 +31,6 @@ from .teach_steps import TeachStep, build_steps, reply_numbers, reply_prompt
 SPEEDS = (0.25, 4.0)  # cycles per second
 PLAY, PAUSE = "▶ Play", "❚❚ Pause"
 ENGINE_QUEUE = {"concurrency_limit": 1, "concurrency_id": "engine"}  # the chat's engine queue: one at a time
-try:
-    from storage.errors import StoreError as _StoreError
-
-    STORE_ERRORS: tuple[type[Exception], ...] = (_StoreError, ValueError)
-except ImportError:  # pragma: no cover
-    STORE_ERRORS = (ValueError,)
 
 
 # ============================================================================ reading the store
@@ -330,25 +324,12 @@ def timeline_chart(comparison: Comparison) -> go.Figure:
 # ============================================================================ the tab
 
 
-def chat_session_state(demo):
-    """The page's remembered session (the chat's ``BrowserState``), when the layout has one:
-    opening the tab then shows the session the chat shows, without a hook in the layout."""
-    try:
-        from .layout import BROWSER_KEY
-    except ImportError:  # pragma: no cover - the layout is part of the package
-        return None
-    for block in getattr(demo, "blocks", {}).values():
-        if isinstance(block, gr.BrowserState) and getattr(block, "storage_key", None) == BROWSER_KEY:
-            return block
-    return None
-
-
-def build_teach_tab(ctx: UIContext) -> dict:
-    from gradio.context import Context
-
-    tab = Context.block if isinstance(Context.block, gr.Tab) else None
-    demo = Context.root_block
-    c: dict = {"chat_session": chat_session_state(demo)}
+def build_teach_tab(ctx: UIContext, demo: gr.Blocks, tab: gr.Tab | None = None,
+                    chat_session: gr.components.Component | None = None) -> dict:
+    """Build the tab's components and wire them. Inside ``tab``, selecting it refreshes the view
+    (showing ``chat_session``, the chat's remembered session, when given); without a tab the view
+    is filled when ``demo`` loads."""
+    c: dict = {"chat_session": chat_session}
     gr.HTML(TEACH_CSS, elem_id="teach-style", padding=False)
     gr.Markdown("### Replay a reply, block by block\nEvery **cycle** the draft fills a block of MASK slots in one "
                 "pass; the target checks the block in one pass, keeps the drafts up to the first mismatch and adds "

@@ -73,7 +73,7 @@ def trim_repetition(tokens: list[int], min_span: int = 8) -> int:
     first repeated span of ``min_span``+ tokens (all of it when nothing repeats). An undertrained
     target's greedy continuations often end in such loops (half of the tiny coder's regenerated
     tokens); a draft trained on them spends its capacity copying, which is easy and says little."""
-    from engine.bench import repetitions
+    from engine.repetition import repetitions
 
     return min((end for end, _ in repetitions(tokens, min_span)), default=len(tokens))
 

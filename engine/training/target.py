@@ -154,7 +154,7 @@ def sample_prompts(tokenizer, corpus: Path | None, n: int, seed: int) -> list[di
 
 @torch.no_grad()
 def greedy_samples(model, tokenizer, prompts: list[dict], max_new_tokens: int) -> list[dict]:
-    from engine.bench import is_loop
+    from engine.repetition import is_loop
 
     from .tokenizer import stop_token_ids
 
@@ -180,7 +180,7 @@ def looping_positions(tokens: torch.Tensor, start: int = 0, min_span: int = 8,
     """Boolean mask over a 1-D token tensor: True where the ``min_span`` tokens ending at that
     position are an exact copy of the ``min_span`` tokens one period earlier (the text is
     repeating itself back to back), for positions >= ``start`` (the continuation). Unlike
-    ``engine.bench.repetitions`` (the loop metric, which waits for a whole second copy), this
+    ``engine.repetition.repetitions`` (the loop metric, which waits for a whole second copy), this
     marks a repeat from its ``min_span``-th token on, which is where training should push back;
     vectorised per period because it runs over thousands of sequences."""
     n = len(tokens)

@@ -34,6 +34,9 @@ def _add_app_options(parser) -> None:
                         help="address to listen on (default 127.0.0.1; any other needs --auth)")
     parser.add_argument("--port", type=int, help="port (default: the first free one from 7860)")
     parser.add_argument("--auth", metavar="USER:PASSWORD", help="require this login (needed off loopback)")
+    parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                        help="also answer to this Host name (a reverse proxy, a LAN name); other names are "
+                             "refused as DNS rebinding (repeatable)")
     parser.add_argument("--db", type=Path, metavar="PATH", help="session database (default: $DFLASH_STUDIO_DB or the user data dir)")
     parser.add_argument("--models-dir", type=Path, metavar="DIR",
                         help="offer every DIR/<name>/ holding target/ (and draft/) in the model picker")
@@ -51,7 +54,7 @@ def app_config(args) -> AppConfig:
     return AppConfig(
         host=args.host, port=args.port, db_path=args.db, engine=engine_config(args), models_dir=args.models_dir,
         max_new_tokens=args.max_new_tokens, block_size=args.block_size, fallback=args.fallback,
-        open_browser=not args.no_browser, auth=parse_auth(args.auth),
+        open_browser=not args.no_browser, auth=parse_auth(args.auth), allowed_hosts=tuple(args.allowed_host),
     ).validate()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
 
 LOOPBACK_NAMES = ("localhost",)
+HOST_NAME = re.compile(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]")
 
 
 def is_loopback(host: str) -> bool:
@@ -43,6 +45,8 @@ class AppConfig:
     open_browser: bool = True
     auth: tuple[str, str] | None = None
     flush_interval_s: float = 1.0
+    allowed_hosts: tuple[str, ...] = ()  # extra Host names to answer to (a reverse proxy, a LAN name)
+    max_upload_mb: int = 32  # session imports; Gradio's default is no limit
 
     def validate(self) -> "AppConfig":
         if not is_loopback(self.host) and self.auth is None:
@@ -58,6 +62,9 @@ class AppConfig:
             raise InvalidRequestError(f"--block-size must be between 1 and 16 (got {self.block_size})")
         if self.models_dir is not None and not Path(self.models_dir).is_dir():
             raise InvalidRequestError(f"--models-dir {self.models_dir} is not a directory")
+        for name in self.allowed_hosts:
+            if not HOST_NAME.fullmatch(name):
+                raise InvalidRequestError(f"--allowed-host takes a host name without scheme or port (got {name!r})")
         if self.flush_interval_s <= 0 or self.flush_interval_s > 1.0:
             raise InvalidRequestError("the reply flush interval must be in (0, 1] seconds")
         return self

@@ -23,6 +23,7 @@ from engine.errors import CheckpointError  # noqa: E402
 from engine.events import LoadStatus  # noqa: E402
 
 from .config import AppConfig  # noqa: E402
+from .netguard import GuardConfig, guard_middleware  # noqa: E402
 
 EMBEDDED_KEY = "tiny-coder (embedded)"
 
@@ -152,6 +153,13 @@ class EngineHost:
         return engine
 
 
+def guard_config(config: AppConfig) -> GuardConfig:
+    """The network guard (app.netguard) for this server: its Host names, login gate and caps."""
+    return GuardConfig(bind_host=config.host, allowed_hosts=config.allowed_hosts,
+                       login_required=config.auth is not None,
+                       upload_limit_bytes=(config.max_upload_mb + 1) * 1024 * 1024)
+
+
 @dataclass
 class Studio:
     config: AppConfig
@@ -167,7 +175,8 @@ class Studio:
         kwargs = dict(
             server_name=self.config.host, server_port=self.config.port, auth=self.config.auth,
             inbrowser=self.config.open_browser, share=False, ssr_mode=False, show_error=True, quiet=False,
-            run_history=False, **launch_options(),
+            run_history=False, max_file_size=f"{self.config.max_upload_mb}mb", allowed_paths=[],
+            app_kwargs={"middleware": [guard_middleware(guard_config(self.config))]}, **launch_options(),
         )
         kwargs.update(self.extra_launch)
         kwargs.update(overrides)

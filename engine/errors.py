@@ -15,3 +15,7 @@ class IncompatibleDraftError(DFlashError):
 
 class InvalidRequestError(DFlashError):
     """A generation parameter or prompt is out of range."""
+
+
+class EngineUnavailableError(DFlashError):
+    """An engine behind HTTP (a vLLM server) is missing, failed to start, or stopped answering."""

@@ -136,6 +136,7 @@ class Failed:
 
     kind: str  # name of the exception class
     message: str
+    interrupted: bool = False  # the engine went away mid-reply (a vLLM server died): the text so far stands
 
 
 Event = Union[Started, Cycle, Finished, Failed]

@@ -1,30 +1,29 @@
-"""``Engine``: loaded models plus prompt encoding, request validation and generation.
-The one object the app, the CLI and the benchmark hold."""
+"""``LocalEngine``: loaded models plus prompt encoding, request validation and generation, in
+this process with torch. It implements ``engine.interface.Engine`` (as does the vLLM client);
+``Engine`` stays its name here for the code that loads it directly."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 
 import torch
 
 from .config import EngineConfig, FallbackConfig, SamplingConfig
 from .decode import generate
-from .errors import InvalidRequestError
 from .events import Event
+from .interface import LOCAL_CAPABILITIES, Capabilities
 from .loading import LoadedModels, describe, load_models
+from .prompts import Message, encode_prompt, fit_request
 
-Message = dict  # {"role": "user"|"assistant"|"system", "content": str}
 
-
-class Engine:
+class LocalEngine:
     def __init__(self, models: LoadedModels):
         self.models = models
 
     @classmethod
-    def load(cls, config: EngineConfig, progress=None) -> "Engine":
+    def load(cls, config: EngineConfig, progress=None) -> "LocalEngine":
         return cls(load_models(config, progress))
 
     # ---------------------------------------------------------------- facts
@@ -48,23 +47,19 @@ class Engine:
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
+    @property
+    def capabilities(self) -> Capabilities:
+        return LOCAL_CAPABILITIES
+
     def info(self) -> dict:
         return describe(self.models)
 
+    def close(self) -> None:
+        """Nothing to release: the models go with the object."""
+
     # ---------------------------------------------------------------- prompts
     def encode(self, prompt: str | list[Message], raw: bool = False) -> list[int]:
-        """Chat messages (or a single user prompt) through the chat template when there is one;
-        raw text otherwise or when ``raw``."""
-        if isinstance(prompt, str) and (raw or not self.has_chat_template):
-            return list(self.tokenizer(prompt, add_special_tokens=not self.has_chat_template)["input_ids"])
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        if not self.has_chat_template:
-            text = "\n\n".join(m["content"] for m in messages)
-            return list(self.tokenizer(text)["input_ids"])
-        text = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
-        )
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return encode_prompt(self.tokenizer, prompt, raw)
 
     def decode(self, token_ids) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
@@ -72,19 +67,7 @@ class Engine:
     def check_request(self, prompt_ids: list[int], sampling: SamplingConfig) -> SamplingConfig:
         """Validate settings and the prompt against the context window; returns the settings to
         use (max_new_tokens shortened to what the window still holds)."""
-        sampling.validate(max_block_size=64)
-        if not prompt_ids:
-            raise InvalidRequestError("the prompt is empty")
-        window = self.models.context_window
-        room = window - len(prompt_ids) - 1
-        if room < 1:
-            raise InvalidRequestError(
-                f"the prompt is {len(prompt_ids)} tokens; this model's context window is {window} tokens. "
-                "Shorten it or start a new session."
-            )
-        if sampling.max_new_tokens > room:
-            sampling = replace(sampling, max_new_tokens=room)
-        return sampling
+        return fit_request(prompt_ids, sampling, self.models.context_window)
 
     # ---------------------------------------------------------------- generation
     def generate(
@@ -124,3 +107,6 @@ class Engine:
         if self.models.device.type == "cuda":
             torch.cuda.synchronize()
         return out[0, len(prompt_ids):].tolist(), time.perf_counter() - start
+
+
+Engine = LocalEngine  # the name the app, bench and tests have always used

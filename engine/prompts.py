@@ -1,0 +1,42 @@
+"""Prompt encoding and the context-window check, shared by every engine (no torch here)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .config import SamplingConfig
+from .errors import InvalidRequestError
+
+Message = dict  # {"role": "user"|"assistant"|"system", "content": str}
+MAX_BLOCK_SIZE = 64
+
+
+def encode_prompt(tokenizer, prompt: str | list[Message], raw: bool = False) -> list[int]:
+    """Chat messages (or a single user prompt) through the chat template when there is one;
+    raw text otherwise or when ``raw``."""
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if isinstance(prompt, str) and (raw or not has_template):
+        return list(tokenizer(prompt, add_special_tokens=not has_template)["input_ids"])
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    if not has_template:
+        text = "\n\n".join(m["content"] for m in messages)
+        return list(tokenizer(text)["input_ids"])
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def fit_request(prompt_ids: list[int], sampling: SamplingConfig, window: int) -> SamplingConfig:
+    """Validate settings and the prompt against the context window; returns the settings to
+    use (max_new_tokens shortened to what the window still holds)."""
+    sampling.validate(max_block_size=MAX_BLOCK_SIZE)
+    if not prompt_ids:
+        raise InvalidRequestError("the prompt is empty")
+    room = window - len(prompt_ids) - 1
+    if room < 1:
+        raise InvalidRequestError(
+            f"the prompt is {len(prompt_ids)} tokens; this model's context window is {window} tokens. "
+            "Shorten it or start a new session."
+        )
+    if sampling.max_new_tokens > room:
+        sampling = replace(sampling, max_new_tokens=room)
+    return sampling

@@ -1,0 +1,77 @@
+"""The vLLM client's pure parts: cycles rebuilt from per-step figures, the server command line."""
+
+from pathlib import Path
+
+import pytest
+
+from engine.errors import InvalidRequestError
+from engine.interface import Engine as EngineInterface
+from engine.vllm import VLLMConfig
+from engine.vllm import steps
+from engine.vllm.server import plan_server
+
+EMBEDDED = Path(__file__).resolve().parent.parent / "assets" / "models" / "tiny-coder"
+
+
+def test_acceptance_lengths_cut_the_last_step_to_the_emitted_tokens():
+    # 1 prefill token + (3+1) + (7+1) + a last step of 7 accepted cut to 2 tokens by the length limit
+    assert steps.acceptance_lengths(15, [3, 7, 7]) == (4, 8, 2)
+    assert steps.acceptance_lengths(1, [5]) == ()
+    assert steps.acceptance_lengths(4, [0, 0, 0]) == (1, 1, 1)
+
+
+def test_per_position_acceptance_counts_drafted_slots_only():
+    rates = steps.per_position_acceptance([3, 0, 7], [7, 7, 7])
+    assert rates[0] == pytest.approx(2 / 3) and rates[2] == pytest.approx(2 / 3) and rates[3] == pytest.approx(1 / 3)
+    assert len(rates) == 7
+
+
+def test_chunk_steps_without_speculation_are_single_tokens_and_merged_blocks_split():
+    assert steps.chunk_steps(3, 8, speculative=False) == [0, 0, 0]
+    assert steps.chunk_steps(5, 8, speculative=True) == [4]
+    assert steps.chunk_steps(10, 8, speculative=True) == [7, 1]
+
+
+def test_make_cycle_knows_only_accepted_drafts():
+    cycle = steps.make_cycle(2, [11, 12, 13], ["a", "b", "c"], 2, 8, anchor=10, anchor_position=40, elapsed_ms=5.0)
+    assert cycle.tau == 3 and cycle.bonus == 13 and cycle.draft_tokens == (11, 12)
+    assert cycle.rejected == () and cycle.slots == () and cycle.origins() == ("accepted", "accepted", "bonus")
+    assert cycle.context_length == 43
+    cut = steps.make_cycle(3, [11, 12], ["a", "b"], 5, 8, anchor=10, anchor_position=40, elapsed_ms=5.0)
+    assert cut.bonus is None and cut.origins() == ("accepted", "accepted")
+
+
+def test_server_plan_speculates_with_block_minus_one_and_per_request_metrics():
+    config = VLLMConfig(target=str(EMBEDDED / "target"), tensor_parallel_size=2, extra_args=("--seed", "3"))
+    plan = plan_server(config, Path("/venv/bin/python"), EMBEDDED / "target", EMBEDDED / "draft", 8123, cpu=True,
+                       served_name="tiny-coder")
+    argv = list(plan.argv)
+    assert argv[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    spec = argv[argv.index("--speculative-config") + 1]
+    assert '"method": "dflash"' in spec and '"num_speculative_tokens": 7' in spec and plan.block_size == 8
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    assert "--enforce-eager" in argv and argv[argv.index("--dtype") + 1] == "float32"
+    assert argv[argv.index("--max-model-len") + 1] == "1024"  # the tiny target's window
+    assert argv[-2:] == ["--seed", "3"] and plan.env["VLLM_CPU_KVCACHE_SPACE"]
+    plain = plan_server(config, Path("/p"), EMBEDDED / "target", None, 8124, cpu=False, served_name="t")
+    assert "--speculative-config" not in plain.argv and "--enforce-eager" not in plain.argv and plain.block_size == 1
+
+
+def test_config_is_checked_at_the_edge():
+    with pytest.raises(InvalidRequestError, match="engine-url"):
+        VLLMConfig().validate()
+    with pytest.raises(InvalidRequestError, match="http"):
+        VLLMConfig(url="gpu-box:8000").validate()
+    with pytest.raises(InvalidRequestError, match="block size"):
+        VLLMConfig(target="t", block_size=1).validate()
+
+
+def test_both_engines_implement_the_interface():
+    from engine.runtime import LocalEngine
+    from engine.vllm import VLLMEngine
+
+    for cls in (LocalEngine, VLLMEngine):
+        for member in ("name", "block_size", "speculative", "has_chat_template", "capabilities", "info", "encode",
+                       "decode", "check_request", "generate", "close"):
+            assert hasattr(cls, member), (cls, member)
+    assert {"generate", "check_request", "encode"} <= set(dir(EngineInterface))

@@ -22,7 +22,7 @@ from ..errors import CheckpointError, DFlashError, EngineUnavailableError, Inval
 from ..events import Cycle, Event, Failed, Finished, Started
 from ..interface import Capabilities
 from ..prompts import Message, encode_prompt, fit_request
-from . import steps
+from .steps import acceptance_lengths, chunk_steps, make_cycle, per_position_acceptance, positions_from_cycles
 from .config import VLLMConfig
 from .server import VLLMServer, start_server
 
@@ -386,12 +386,12 @@ class ReplyStream:
                           self.sampling.temperature, first, self.pieces[0], self.prefill_ms, self.speculative)
             if not ids:
                 return
-        counts = steps.chunk_steps(len(ids), self.served.block_size, self.speculative)
+        counts = chunk_steps(len(ids), self.served.block_size, self.speculative)
         share = elapsed_ms / len(counts)
         for accepted in counts:
             emitted, ids = ids[: accepted + 1], ids[accepted + 1:]
             pieces = [self.detok.push(t) for t in emitted]
-            cycle = steps.make_cycle(len(self.cycles) + 1, emitted, pieces, accepted,
+            cycle = make_cycle(len(self.cycles) + 1, emitted, pieces, accepted,
                                      self.served.block_size if self.speculative else 1, self.tokens[-1],
                                      len(self.prompt_ids) + len(self.tokens) - 1, share)
             self.cycles.append(cycle)
@@ -403,15 +403,15 @@ class ReplyStream:
         self.pieces.append(self.detok.flush())
         total_ms = (time.perf_counter() - self.t0) * 1000
         taus = tuple(c.tau for c in self.cycles)
-        positions = steps.positions_from_cycles(self.cycles)
+        positions = positions_from_cycles(self.cycles)
         accepted, drafted = self.metrics.get("per_step_accepted"), self.metrics.get("per_step_drafted")
         if accepted is not None and drafted is not None:
-            truth = steps.acceptance_lengths(len(self.tokens), accepted)
+            truth = acceptance_lengths(len(self.tokens), accepted)
             if truth != taus:  # vLLM merged the chunks of several steps: its per-step list wins
                 self.engine.merged_chunks += 1
                 log.warning("vLLM merged stream chunks: per-step %s, chunks %s", truth, taus)
                 taus = truth
-            positions = steps.per_position_acceptance(accepted[: len(taus)], drafted[: len(taus)])
+            positions = per_position_acceptance(accepted[: len(taus)], drafted[: len(taus)])
         return Finished(
             reason=reason, token_ids=tuple(self.tokens), text="".join(self.pieces), acceptance_lengths=taus,
             prompt_tokens=len(self.prompt_ids), prefill_ms=self.prefill_ms, decode_ms=total_ms - self.prefill_ms,

@@ -34,12 +34,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def innermost_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the deepest subcommand named in ``argv`` (``sessions delete`` -> its parser)."""
+    for word in argv:
+        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if actions and word in actions[0].choices:
+            parser = actions[0].choices[word]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["serve", *argv]  # `dflash-studio` alone runs the app
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the error and usage of the (sub)command the user typed, not the top level's
+        innermost_parser(parser, argv).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from engine.errors import CONTEXT_FULL
+
 from .options import add_fallback_options, add_model_options, add_sampling_options, engine_config, fallback_config, sampling_config
 
 # ANSI styles per origin (as in the app): accepted draft tokens green, the target's own tokens blue,
@@ -28,17 +30,23 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from engine.errors import PromptTooLongError, check_prompt_text
     from engine.events import Cycle, Failed, Finished, Started, event_to_dict
     from engine.runtime import Engine
 
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    prompt = check_prompt_text(sys.stdin.read() if args.prompt == "-" else args.prompt)  # before loading anything
     sampling = sampling_config(args)
     engine = Engine.load(engine_config(args))
     prompt_ids = engine.encode(prompt, raw=args.raw)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not args.json)
     out = sys.stdout
     cycles, finished = [], None
-    for event in engine.generate(prompt_ids, sampling, fallback_config(args)):
+    try:
+        events = engine.generate(prompt_ids, sampling, fallback_config(args))
+    except PromptTooLongError as exc:
+        print(f"dflash-studio: error: {exc}. Shorten the prompt.", file=sys.stderr)
+        return 2
+    for event in events:
         if isinstance(event, Started) and not args.json:
             out.write(paint(event.first_text, "bonus", color))
         elif isinstance(event, Cycle):
@@ -62,6 +70,7 @@ def run(args) -> int:
         "tokens_per_s": round(finished.tokens_per_s, 3),
         "seconds": round(finished.total_ms / 1000, 4),
         "finish_reason": finished.reason,
+        "finish_note": CONTEXT_FULL if finished.context_full else "",
         "block_size": sampling.block_size or engine.block_size,
         "model": engine.name,
     }
@@ -74,7 +83,7 @@ def run(args) -> int:
         print(
             f"-- {finished.new_tokens} tokens in {finished.total_ms / 1000:.2f} s "
             f"({finished.tokens_per_s:.1f} tok/s), {finished.cycles} cycles, mean τ {finished.mean_acceptance_length:.2f}, "
-            f"finish: {finished.reason}",
+            f"finish: {finished.reason}" + (f" ({CONTEXT_FULL})" if finished.context_full else ""),
             file=sys.stderr,
         )
     return 0

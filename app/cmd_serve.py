@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 from .config import AppConfig, parse_auth
@@ -45,6 +46,9 @@ def _add_app_options(parser) -> None:
     parser.add_argument("--fallback", action=argparse.BooleanOptionalAction, default=True,
                         help="start with dynamic fallback on (the default; on the embedded pair it is as fast as a "
                              "fixed block 8 at greedy, 2.13x both, and faster at T=0.7, 0.80x vs 0.69x)")
+    parser.add_argument("--allow-no-model", action="store_true",
+                        help="start even when the model cannot load (the page says why; pick another there); "
+                             "otherwise that is an error at start (exit 2)")
     add_model_options(parser)
 
 
@@ -58,33 +62,64 @@ def app_config(args) -> AppConfig:
     ).validate()
 
 
-def _start(args, **launch_overrides):
+QUICK_LOAD_S = 5.0  # a load that fails this fast (a wrong path) fails before the server starts
+
+
+def _start(args):
     from .wiring import build_studio
 
     config = app_config(args)
     studio = build_studio(config)
-    studio.host.start()  # loads in the background; the page works meanwhile
+    loading = studio.host.start()  # loads in the background; the page works meanwhile
     if studio.store.recovered:
         print(f"dflash-studio: {studio.store.recovered} reply(ies) left streaming by the last run marked interrupted",
               file=sys.stderr)
-    return studio, launch_overrides
+    if not args.allow_no_model:
+        try:
+            loading.result(timeout=QUICK_LOAD_S)
+        except FutureTimeout:
+            pass  # a long load: serve meanwhile (the page shows its progress), fail later if it fails
+        except BaseException:
+            studio.close()
+            raise_load_error(loading)
+    return studio, loading
+
+
+def raise_load_error(loading) -> None:
+    """The initial model load's failure as one named error (exit 2 with one line)."""
+    from engine.errors import CheckpointError, DFlashError
+
+    exc = loading.exception()
+    if isinstance(exc, DFlashError):
+        raise exc
+    raise CheckpointError(f"the model cannot load: {type(exc).__name__}: {exc} "
+                          "(--allow-no-model starts the app anyway)") from exc
+
+
+def _serve_until_closed(studio, loading, args, **overrides) -> None:
+    studio.demo.launch(**studio.launch_kwargs(prevent_thread_lock=True, **overrides))
+    if not args.allow_no_model:
+        try:
+            loading.result()
+        except BaseException:
+            raise_load_error(loading)
 
 
 def run_serve(args) -> int:
-    studio, _ = _start(args)
+    studio, loading = _start(args)
     try:
-        studio.demo.launch(**studio.launch_kwargs())  # blocks until Ctrl-C
+        _serve_until_closed(studio, loading, args)
+        studio.demo.block_thread()  # until Ctrl-C
     finally:
         studio.close()
     return 0
 
 
 def run_desktop(args) -> int:
-    studio, _ = _start(args)
+    studio, loading = _start(args)
     try:
-        studio.demo.launch(**studio.launch_kwargs(inbrowser=False, prevent_thread_lock=True))
-        url = studio.demo.local_url
-        open_window(url)
+        _serve_until_closed(studio, loading, args, inbrowser=False)
+        open_window(studio.demo.local_url)
     finally:
         studio.close()
     return 0

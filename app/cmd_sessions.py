@@ -193,12 +193,23 @@ def import_sessions(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         return _fail(f"{source} is not JSON ({exc}); nothing was imported")
     with SessionStore(_db_path(args), recover=False) as store:
-        before = store.count_sessions()
-        session_ids = store.import_data(document)
-        created = store.count_sessions() - before
-    print(f"imported {len(session_ids)} session{'s' * (len(session_ids) != 1)} from {source} "
-          f"({created} new, {len(session_ids) - created} already present)")
+        results = store.import_document(document)
+    print(f"imported {len(results)} session{'s' * (len(results) != 1)} from {source}: {import_summary(results)}")
     return 0
+
+
+def import_summary(results) -> str:
+    """What an import did, in words: '1 new (4 messages), 1 with 2 new messages, 1 unchanged'."""
+    parts = []
+    for outcome, words in (("created", "new"), ("merged", "updated"), ("copied", "diverged, imported as a copy"),
+                           ("unchanged", "already up to date")):
+        chosen = [r for r in results if r.outcome == outcome]
+        if chosen:
+            added = sum(r.added for r in chosen)
+            detail = f" (+{added} message{'s' * (added != 1)})" if outcome != "unchanged" else ""
+            parts.append(f"{len(chosen)} {words}{detail}")
+    return ", ".join(parts) or "nothing"
+
 
 
 def delete_session(args: argparse.Namespace) -> int:
@@ -224,5 +235,12 @@ def delete_session(args: argparse.Namespace) -> int:
             store.delete_all_sessions()
         else:
             store.delete_session(args.session_id)
+        pending = store.wipe_pending
     print(f"deleted {description}")
+    if pending:
+        print(WIPE_PENDING, file=sys.stderr)
     return 0
+
+
+WIPE_PENDING = ("note: another program is reading the session database (the app?), so the deleted text stays in "
+                "its write-ahead log until that read ends; it is wiped at the next delete or when the app closes")

@@ -280,9 +280,33 @@ def read_draft_config(directory: Path) -> Qwen3Config:
         raise CheckpointError(f"{directory} is not a DFlash draft (architectures: {arch})")
     if "DFlash2DraftModel" in arch:
         raise CheckpointError("DFlash2 drafts (candidate selector, convolutions) are not supported yet")
+    extras = mimo_sink_extras(raw)
+    if extras:
+        raise CheckpointError(
+            f"{directory} is a MiMo attention-sink draft ({', '.join(extras)}): its learned per-head sink and "
+            "value scale change the attention this engine computes, so it is not supported (its output would be "
+            "wrong, not just slower); use a draft without them")
     for key in ("auto_map", "transformers_version", "model_type"):
         raw.pop(key, None)
     return Qwen3Config(**raw)
+
+
+MIMO_EXTRA_KEYS = ("attention_sink_bias", "attention_value_scale")
+
+
+def mimo_sink_extras(raw: dict) -> list[str]:
+    """The MiMo DFlash extras a draft config turns on (top level or in ``dflash_config``): a
+    learned attention sink (``attention_sink_bias: true``) or a value scale other than 1."""
+    found = []
+    for where in (raw, raw.get("dflash_config") or {}):
+        if not isinstance(where, dict):
+            continue
+        sink, scale = where.get("attention_sink_bias"), where.get("attention_value_scale")
+        if sink not in (None, False, 0) and "attention_sink_bias" not in found:
+            found.append("attention_sink_bias")
+        if scale not in (None, 1, 1.0) and "attention_value_scale" not in found:
+            found.append("attention_value_scale")
+    return found
 
 
 def draft_weight_files(directory: Path) -> list[Path]:
@@ -312,6 +336,10 @@ def load_draft(directory: str | Path, device: str | torch.device = "cpu", dtype:
         except Exception as exc:  # safetensors raises its own error types
             raise CheckpointError(f"cannot read {file}: {exc}") from exc
     state = {k.removeprefix("model."): v for k, v in state.items()}
+    sinks = sorted(k for k in state if "sink" in k)
+    if sinks:
+        raise CheckpointError(f"draft weights in {directory} hold attention-sink tensors ({sinks[0]}, …): a MiMo "
+                              "attention-sink draft, which this engine does not support")
     draft = DFlashDraftModel(config)
     expected = {k for k in draft.state_dict() if "rotary_emb" not in k}
     missing = sorted(expected - state.keys())

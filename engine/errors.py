@@ -19,3 +19,31 @@ class InvalidRequestError(DFlashError):
 
 class EngineUnavailableError(DFlashError):
     """An engine behind HTTP (a vLLM server) is missing, failed to start, or stopped answering."""
+
+
+# One wording per rule, shared by the UI, the CLI and the HTTP API.
+EMPTY_PROMPT = "the prompt is empty: write something for the model to answer"
+CONTEXT_FULL = "the context window is full"
+
+
+class EmptyPromptError(InvalidRequestError):
+    """The prompt has no text other than white space."""
+
+    def __init__(self, message: str = EMPTY_PROMPT):
+        super().__init__(message)
+
+
+class PromptTooLongError(InvalidRequestError):
+    """The prompt leaves no room in the context window; each edge adds its own advice."""
+
+    def __init__(self, prompt_tokens: int, context_window: int):
+        self.prompt_tokens, self.context_window = prompt_tokens, context_window
+        super().__init__(f"the prompt is {prompt_tokens} tokens; this model's context window is "
+                         f"{context_window} tokens")
+
+
+def check_prompt_text(text) -> str:
+    """The one empty-prompt rule: ``None``, "" and white space only are refused (``EMPTY_PROMPT``)."""
+    if text is None or not str(text).strip():
+        raise EmptyPromptError()
+    return str(text)

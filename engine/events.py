@@ -7,7 +7,7 @@ them without importing torch. Token ids are ints, probabilities floats, times mi
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal, Union
 
 Origin = Literal["accepted", "bonus", "rejected"]
@@ -116,6 +116,7 @@ class Finished:
     total_ms: float
     cycles: int
     per_position_acceptance: tuple[float, ...] = field(default=())  # P(slot j accepted | verified)
+    context_full: bool = False  # reason "length" because the context window ran out (not max_new_tokens)
 
     @property
     def new_tokens(self) -> int:
@@ -152,3 +153,13 @@ def event_to_dict(event: Event) -> dict:
         data["mean_acceptance_length"] = event.mean_acceptance_length
         data["tokens_per_s"] = event.tokens_per_s
     return data
+
+
+def mark_context_full(events, context_window: int):
+    """Pass ``events`` through, marking a ``Finished`` cut at the context window (``context_full``):
+    the edges then say "the context window is full" rather than a bare ``length``."""
+    for event in events:
+        if (isinstance(event, Finished) and event.reason == "length" and context_window
+                and event.prompt_tokens + event.new_tokens >= context_window - 1):
+            event = replace(event, context_full=True)
+        yield event

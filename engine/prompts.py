@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .config import SamplingConfig
-from .errors import InvalidRequestError
+from .errors import EmptyPromptError, PromptTooLongError
 
 Message = dict  # {"role": "user"|"assistant"|"system", "content": str}
 MAX_BLOCK_SIZE = 64
@@ -30,13 +30,10 @@ def fit_request(prompt_ids: list[int], sampling: SamplingConfig, window: int) ->
     use (max_new_tokens shortened to what the window still holds)."""
     sampling.validate(max_block_size=MAX_BLOCK_SIZE)
     if not prompt_ids:
-        raise InvalidRequestError("the prompt is empty")
+        raise EmptyPromptError()
     room = window - len(prompt_ids) - 1
     if room < 1:
-        raise InvalidRequestError(
-            f"the prompt is {len(prompt_ids)} tokens; this model's context window is {window} tokens. "
-            "Shorten it or start a new session."
-        )
+        raise PromptTooLongError(len(prompt_ids), window)  # each edge adds the advice that fits there
     if sampling.max_new_tokens > room:
         sampling = replace(sampling, max_new_tokens=room)
     return sampling

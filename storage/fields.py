@@ -96,6 +96,7 @@ def message_columns(fields: dict[str, Any]) -> dict[str, Any]:
     return columns
 
 
+CONTEXT_FULL_REASON = "context_full"  # finish_reason of a reply the context window cut ("length" otherwise)
 # event_to_dict(Finished) key -> message column, so a reply can be finished with the engine's dict
 FINISHED_EVENT_ALIASES = {"reason": "finish_reason", "mean_acceptance_length": "mean_tau"}
 # the rest of a Finished dict: stored elsewhere (content, cycles) or recomputed from the cycles
@@ -116,6 +117,8 @@ def stats_to_message_fields(stats: dict[str, Any] | None) -> dict[str, Any]:
         raise ValueError(f"stats must be a dict, got {type(stats).__name__}")
     fields = {}
     for key, value in stats.items():
+        if key == "context_full":  # stored as its own finish reason, so a reloaded reply can say why
+            continue
         if key in FINISHED_EVENT_IGNORED:
             continue
         column = FINISHED_EVENT_ALIASES.get(key, key)
@@ -125,6 +128,8 @@ def stats_to_message_fields(stats: dict[str, Any] | None) -> dict[str, Any]:
                 "or the keys of the engine's Finished event"
             )
         fields[column] = value
+    if stats.get("context_full") and fields.get("finish_reason") == "length":
+        fields["finish_reason"] = CONTEXT_FULL_REASON
     if "new_tokens" not in fields and isinstance(stats.get("token_ids"), (list, tuple)):
         fields["new_tokens"] = len(stats["token_ids"])
     return message_columns(fields)

@@ -19,9 +19,11 @@ from __future__ import annotations
 import importlib.metadata
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -63,9 +65,24 @@ def _require_sqlite_utils_4() -> None:
 _require_sqlite_utils_4()
 
 BUSY_TIMEOUT_MS = 5000
+FORGET_RETRY_S = 10.0  # how long a delete retries the checkpoint that wipes the write-ahead log
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 DEFAULT_TITLE = "New session"
 MEMORY = ":memory:"
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What importing one session did: ``created`` (new here), ``merged`` (``added`` messages
+    appended to the one here), ``unchanged``, or ``copied`` (diverged: imported beside it)."""
+
+    session_id: int
+    outcome: str
+    added: int  # messages written
+
+
+def imported_title(title: str) -> str:
+    return title if title.endswith(" (imported copy)") else f"{title or DEFAULT_TITLE} (imported copy)"
 
 
 def edited_title(title: str) -> str:
@@ -107,6 +124,7 @@ class SessionStore:
         self._now = now
         self._lock = threading.RLock()
         self._closed = False
+        self.wipe_pending = False  # deleted text still in the write-ahead log (a reader held it)
         if self.path != MEMORY:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(str(self.path), check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
@@ -283,30 +301,41 @@ class SessionStore:
         with self._write() as db:
             self._touch_session(db, session_id, self._now(), model=model)
 
-    def delete_session(self, session_id: int) -> None:
-        """Delete a session with its messages and their cycles; the text is really gone from the
-        file afterwards (``_forget``)."""
+    def delete_session(self, session_id: int) -> bool:
+        """Delete a session with its messages and their cycles. Returns True once the text is
+        gone from the file too, False while another connection's read keeps it in the
+        write-ahead log (``wipe_pending``; removed when that reader lets go: ``_forget``)."""
         with self._write() as db:
             if db.execute("DELETE FROM sessions WHERE id = ?", [session_id]).rowcount == 0:
                 raise SessionNotFound(f"session {session_id} does not exist")
-        self._forget()
+        return self._forget()
 
     def delete_all_sessions(self) -> int:
-        """Delete every session (messages and cycles too); returns how many there were."""
+        """Delete every session (messages and cycles too); returns how many there were
+        (``wipe_pending`` says whether their text still waits for a reader to let go)."""
         with self._write() as db:
             deleted = db.execute("DELETE FROM sessions").rowcount
         self._forget()
         return deleted
 
-    def _forget(self) -> None:
-        """Make deleted text unrecoverable: ``secure_delete`` zeroes the freed pages in the
-        database, and a truncating checkpoint empties the write-ahead log, which still holds the
-        old pages until then. Best effort while another connection (a running app) reads."""
+    def _forget(self, retry_s: float | None = None) -> bool:
+        """Make deleted text unrecoverable: ``secure_delete`` zeroes the freed pages, and a
+        truncating checkpoint copies them over the old ones and empties the write-ahead log.
+        Another connection in the middle of a read (the CLI next to the app, a backup) blocks
+        the checkpoint: SQLite then reports it busy, so retry (waiting up to the busy timeout
+        each time) until ``retry_s`` has passed. Returns whether the text is gone;
+        ``wipe_pending`` stays True until a later checkpoint (the next delete, ``close``) succeeds."""
         if self.path == MEMORY:
-            return
-        with self._lock:
-            self._check_open()
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            return True
+        deadline = time.monotonic() + (FORGET_RETRY_S if retry_s is None else retry_s)
+        while True:
+            with self._lock:
+                self._check_open()
+                busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            self.wipe_pending = bool(busy)
+            if not busy or time.monotonic() >= deadline:
+                return not busy
+            time.sleep(0.05)  # the lock is free meanwhile: the app keeps working
 
     # -- messages --
 
@@ -575,23 +604,50 @@ class SessionStore:
         return self._export_document(self._export_sessions("1 = 1", []))
 
     def import_data(self, data: dict) -> list[int]:
-        """Import an export document; return the ids of its sessions, in document order.
+        """Import an export document; return the ids of its sessions, in document order
+        (``import_document`` says what each one added)."""
+        return [result.session_id for result in self.import_document(data)]
+
+    def import_document(self, data: dict) -> list[ImportResult]:
+        """Import an export document, one ``ImportResult`` per session, in document order.
 
         The whole document is checked first: a malformed one raises ``ImportFormatError`` and
-        nothing is written. Sessions whose uuid is already here are kept as they are (importing a
-        file twice changes nothing). Replies exported while 'streaming' arrive 'interrupted'.
+        nothing is written. A session whose uuid is already here is merged by message identity
+        (sequence number, role, creation time): messages it lacks are added, the ones it has stay
+        as they are, so importing a newer export adds what is new and importing a file twice
+        changes nothing. Where the two have diverged (a different message at the same place),
+        the import arrives as a copy beside it: nothing of either is lost. Replies exported while
+        'streaming' arrive 'interrupted'.
         """
         sessions = check_document(data)
         now = self._now()
-        session_ids = []
+        results = []
         with self._write() as db:
             for session in sessions:
                 existing = db.execute("SELECT id FROM sessions WHERE uuid = ?", [session["uuid"]]).fetchone()
-                if existing:
-                    session_ids.append(existing[0])
+                if not existing:
+                    results.append(ImportResult(self._insert_imported_session(db, session, now), "created",
+                                                len(session["messages"])))
                     continue
-                session_ids.append(self._insert_imported_session(db, session, now))
-        return session_ids
+                results.append(self._merge_session(db, existing[0], session, now))
+        return results
+
+    def _merge_session(self, db: sqlite_utils.Database, session_id: int, session: dict, now: str) -> ImportResult:
+        here = {row[0]: (row[1], row[2]) for row in db.execute(
+            "SELECT seq, role, created_at FROM messages WHERE session_id = ?", [session_id]).fetchall()}
+        new = []
+        for message in session["messages"]:
+            mine = here.get(message["seq"])
+            if mine is None:
+                new.append(message)
+            elif mine != (message["role"], message.get("created_at", mine[1])):
+                copy = {**session, "uuid": uuid.uuid4().hex, "title": imported_title(session["title"])}
+                return ImportResult(self._insert_imported_session(db, copy, now), "copied", len(session["messages"]))
+        for message in new:
+            self._insert_imported_message(db, session_id, message, now)
+        if new:
+            self._touch_session(db, session_id, now)
+        return ImportResult(session_id, "merged" if new else "unchanged", len(new))
 
     def fork_session(self, session_id: int, before_seq: int, title: str | None = None) -> int:
         """A new session holding copies of this one's messages (with their cycles and settings)
@@ -614,15 +670,18 @@ class SessionStore:
             "model": session.get("model", ""), "settings": settings_to_json(session.get("settings")),
         }).last_pk
         for message in session["messages"]:
-            fields = {key: value for key, value in message.items() if key not in ("seq", "role", "cycles",
-                                                                                  "created_at", "updated_at")}
-            if fields.get("status") == "streaming":
-                fields["status"] = "interrupted"
-            message_id = db.table("messages").insert({
-                "session_id": session_id, "seq": message["seq"], "role": message["role"],
-                "created_at": message.get("created_at", now), "updated_at": message.get("updated_at", now),
-                **message_columns(fields),
-            }).last_pk
-            rows = [encode_cycle(cycle, message_id) for cycle in message.get("cycles", [])]
-            self._insert_cycles(db, message_id, rows)
+            self._insert_imported_message(db, session_id, message, now)
         return session_id
+
+    def _insert_imported_message(self, db: sqlite_utils.Database, session_id: int, message: dict, now: str) -> None:
+        fields = {key: value for key, value in message.items() if key not in ("seq", "role", "cycles",
+                                                                              "created_at", "updated_at")}
+        if fields.get("status") == "streaming":
+            fields["status"] = "interrupted"
+        message_id = db.table("messages").insert({
+            "session_id": session_id, "seq": message["seq"], "role": message["role"],
+            "created_at": message.get("created_at", now), "updated_at": message.get("updated_at", now),
+            **message_columns(fields),
+        }).last_pk
+        rows = [encode_cycle(cycle, message_id) for cycle in message.get("cycles", [])]
+        self._insert_cycles(db, message_id, rows)

@@ -88,9 +88,9 @@ def test_export_to_stdout_and_to_a_file_then_import_into_another_database(capsys
 
     other = tmp_path / "other.db"
     assert run(capsys, "sessions", "import", str(export_file), "--db", str(other)) == (
-        0, f"imported 1 session from {export_file} (1 new, 0 already present)\n", "")
+        0, f"imported 1 session from {export_file}: 1 new (+2 messages)\n", "")
     assert run(capsys, "sessions", "import", str(export_file), "--db", str(other)) == (
-        0, f"imported 1 session from {export_file} (0 new, 1 already present)\n", "")
+        0, f"imported 1 session from {export_file}: 1 already up to date\n", "")
     with SessionStore(other) as store:
         assert store.export_all()["sessions"] == json.loads(export_file.read_text())["sessions"]
 
@@ -100,7 +100,7 @@ def test_import_from_stdin(capsys, db_path, tmp_path, monkeypatch):
         document = store.export_all()
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(document)))
     assert run(capsys, "sessions", "import", "-", "--db", str(tmp_path / "new.db"))[:2] == (
-        0, "imported 2 sessions from stdin (2 new, 0 already present)\n")
+        0, "imported 2 sessions from stdin: 2 new (+3 messages)\n")
 
 
 def test_bad_import_files_fail_clearly_and_import_nothing(capsys, db_path, tmp_path):

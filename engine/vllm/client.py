@@ -19,7 +19,7 @@ from pathlib import Path
 from ..config import FallbackConfig, SamplingConfig
 from ..detok import IncrementalDetokenizer
 from ..errors import CheckpointError, DFlashError, EngineUnavailableError, InvalidRequestError
-from ..events import Cycle, Event, Failed, Finished, Started
+from ..events import Cycle, Event, Failed, Finished, Started, mark_context_full
 from ..interface import Capabilities
 from ..prompts import Message, encode_prompt, fit_request
 from .steps import acceptance_lengths, chunk_steps, make_cycle, per_position_acceptance, positions_from_cycles
@@ -286,7 +286,7 @@ class VLLMEngine:
         sampling = self.check_request(list(prompt_ids), sampling)
         plain = not speculative or sampling.block_size == 1 or not self.speculative
         served = self.plain_model() if plain else self.served
-        return self._events(served, list(prompt_ids), sampling, cancel)
+        return mark_context_full(self._events(served, list(prompt_ids), sampling, cancel), self.served.window)
 
     def _events(self, served: ServedModel, prompt_ids, sampling, cancel) -> Iterator[Event]:
         try:

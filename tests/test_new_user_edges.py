@@ -1,0 +1,242 @@
+"""The rough edges a new user hits first, outside the page: the empty-prompt rule, the context
+window's messages in the CLI, a model that cannot load at `serve`, `generate --bogus`, deleting
+with a reader next to us, importing a newer export, and MiMo attention-sink drafts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import threading
+import time
+
+import pytest
+
+from app.cli import main
+from engine.errors import CONTEXT_FULL, EMPTY_PROMPT, CheckpointError, EmptyPromptError, check_prompt_text
+from storage import SessionStore
+from tests.tiny_models import save_tiny_pair
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return save_tiny_pair(tmp_path_factory.mktemp("pair"))
+
+
+# ----------------------------------------------------------------------------- prompts
+@pytest.mark.parametrize("text", ["", "   ", "\n\t \r\n", None, "\u3000"])
+def test_the_empty_prompt_rule(text):
+    with pytest.raises(EmptyPromptError) as caught:
+        check_prompt_text(text)
+    assert str(caught.value) == EMPTY_PROMPT
+    assert check_prompt_text(" x ") == " x "
+
+
+@pytest.mark.parametrize("argv", [["generate", ""], ["generate", "   "], ["generate", "--raw", ""],
+                                  ["generate", "--raw", " \n "]])
+def test_generate_refuses_an_empty_prompt_with_the_shared_message(argv, capsys):
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == f"dflash-studio: error: {EMPTY_PROMPT}"
+
+
+def test_an_over_long_prompt_gets_advice_that_fits_the_cli(pair, capsys):
+    target, draft = pair[0], pair[1]
+    long_prompt = "def f(x): return x + 1\n" * 400  # far past the tiny target's 512 positions
+    assert main(["generate", "--target", str(target), "--draft", str(draft), "--raw", long_prompt]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dflash-studio: error: the prompt is ") and "context window is 512 tokens" in err
+    assert err.endswith("Shorten the prompt.") and "session" not in err
+    assert len(err.splitlines()) == 1
+
+
+def test_a_reply_cut_by_the_context_window_says_so_in_the_cli(pair, capsys):
+    target, draft = pair[0], pair[1]
+    prompt = "x = 1\n" * 75  # 450 tokens: leaves 61 positions of the 512
+    argv = ["generate", "--target", str(target), "--draft", str(draft), "--raw", "--max-new-tokens", "4000"]
+    assert main([*argv, "--json", prompt]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    if result["finish_reason"] == "length":  # the tiny random target did not stop by itself
+        assert result["prompt_tokens"] + result["tokens"] == 511
+        assert result["finish_note"] == CONTEXT_FULL
+        assert main([*argv, prompt]) == 0
+        assert f"finish: length ({CONTEXT_FULL})" in capsys.readouterr().err
+    else:
+        assert result["finish_reason"] == "stop" and result["finish_note"] == ""
+    assert main([*argv[:-1], "5", "--json", "x = 1\n"]) == 0
+    short = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert short["finish_note"] == ""  # max_new_tokens, not the window
+
+
+# ----------------------------------------------------------------------------- the command line
+def test_serve_with_a_model_that_cannot_load_exits_2_with_one_line(tmp_path, capsys):
+    code = main(["serve", "--target", str(tmp_path / "nonexistent"), "--no-browser", "--db", str(tmp_path / "s.db")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == f"dflash-studio: error: target not found: {tmp_path / 'nonexistent'} (no such directory)"
+
+
+def test_a_wrong_option_shows_the_usage_of_its_own_command(capsys):
+    for argv, usage in ((["generate", "--bogus", "x"], "usage: dflash-studio generate"),
+                        (["sessions", "list", "--bogus"], "usage: dflash-studio sessions list")):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and err.startswith(usage) and "unrecognized arguments: --bogus" in err
+
+
+# ----------------------------------------------------------------------------- delete with a reader
+SECRET = "TOPSECRET-deleted-text-4471"
+
+
+def file_bytes(path) -> bytes:
+    data = path.read_bytes()
+    wal = path.with_name(path.name + "-wal")
+    return data + (wal.read_bytes() if wal.exists() else b"")
+
+
+def test_delete_wipes_the_text_once_a_reader_lets_go(tmp_path):
+    path = tmp_path / "s.db"
+    store = SessionStore(path)
+    keep = store.create_session("keep")
+    doomed = store.create_session("doomed")
+    store.add_message(doomed, "user", SECRET * 20)
+    store.add_message(keep, "user", "hello")
+    reader = sqlite3.connect(str(path), check_same_thread=False)
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT count(*) FROM messages").fetchone()[0] == 2  # holds a snapshot with the text
+    threading.Timer(1.0, reader.rollback).start()  # the CLI next to the app finishes its read a second later
+    started = time.monotonic()
+    assert store.delete_session(doomed) is True
+    assert time.monotonic() - started >= 0.9  # it waited for the reader instead of giving up
+    assert store.wipe_pending is False and SECRET.encode() not in file_bytes(path)
+    reader.close()
+    store.close()
+
+
+def test_delete_reports_a_pending_wipe_and_finishes_it_later(tmp_path):
+    path = tmp_path / "s.db"
+    store = SessionStore(path)
+    doomed = store.create_session("doomed")
+    store.add_message(doomed, "user", SECRET * 20)
+    other = store.create_session("other")
+    reader = sqlite3.connect(str(path))
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM messages").fetchone()
+    import storage.store as store_module
+
+    store_module.FORGET_RETRY_S, saved = 0.2, store_module.FORGET_RETRY_S
+    try:
+        assert store.delete_session(doomed) is False  # the reader still holds the old pages
+        assert store.wipe_pending is True
+        assert SECRET.encode() in file_bytes(path)  # what the ignored checkpoint result used to hide
+        reader.rollback()
+        store.delete_session(other)
+        assert store.wipe_pending is False and SECRET.encode() not in file_bytes(path)
+    finally:
+        store_module.FORGET_RETRY_S = saved
+        reader.close()
+        store.close()
+
+
+def test_sessions_delete_says_when_a_reader_delays_the_wipe(tmp_path, capsys, monkeypatch):
+    import storage.store as store_module
+
+    path = tmp_path / "s.db"
+    with SessionStore(path) as store:
+        doomed = store.create_session("doomed")
+        store.add_message(doomed, "user", SECRET)
+    reader = sqlite3.connect(str(path))
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM messages").fetchone()
+    monkeypatch.setattr(store_module, "FORGET_RETRY_S", 0.2)
+    assert main(["sessions", "delete", str(doomed), "--yes", "--db", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "deleted session" in captured.out and "write-ahead log" in captured.err
+    reader.close()
+
+
+# ----------------------------------------------------------------------------- import a newer export
+def test_importing_a_newer_export_adds_its_new_messages(tmp_path, capsys):
+    laptop = SessionStore(tmp_path / "laptop.db")
+    session = laptop.create_session("shared")
+    laptop.add_message(session, "user", "first question")
+    laptop.add_message(session, "assistant", "first answer")
+    old_export = laptop.export_session(session)
+    desktop = SessionStore(tmp_path / "desktop.db")
+    [first] = desktop.import_document(old_export)
+    assert (first.outcome, first.added) == ("created", 2)
+    desktop.rename_session(first.session_id, "renamed here")  # local changes stay
+    laptop.add_message(session, "user", "second question")
+    laptop.add_message(session, "assistant", "second answer")
+    newer = laptop.export_session(session)
+    [merged] = desktop.import_document(newer)
+    assert (merged.session_id, merged.outcome, merged.added) == (first.session_id, "merged", 2)
+    contents = [m["content"] for m in desktop.get_messages(first.session_id)]
+    assert contents == ["first question", "first answer", "second question", "second answer"]
+    assert desktop.get_session(first.session_id)["title"] == "renamed here"
+    [again] = desktop.import_document(newer)
+    assert (again.outcome, again.added) == ("unchanged", 0) and desktop.count_sessions() == 1
+    path = tmp_path / "newer.json"
+    path.write_text(json.dumps(laptop.export_session(session)))
+    laptop.add_message(session, "user", "third")
+    path.write_text(json.dumps(laptop.export_session(session)))
+    assert main(["sessions", "import", str(path), "--db", str(tmp_path / "desktop.db")]) == 0
+    assert "1 updated (+1 message)" in capsys.readouterr().out
+
+
+def test_a_diverged_session_is_imported_as_a_copy_losing_nothing(tmp_path):
+    laptop = SessionStore(tmp_path / "laptop.db")
+    session = laptop.create_session("shared")
+    laptop.add_message(session, "user", "question")
+    desktop = SessionStore(tmp_path / "desktop.db")
+    [mine] = desktop.import_document(laptop.export_session(session))
+    desktop.add_message(mine.session_id, "assistant", "desktop's answer")
+    time.sleep(0.01)
+    laptop.add_message(session, "assistant", "laptop's answer")
+    [copy] = desktop.import_document(laptop.export_session(session))
+    assert copy.outcome == "copied" and copy.session_id != mine.session_id
+    assert desktop.get_messages(mine.session_id)[-1]["content"] == "desktop's answer"
+    assert desktop.get_messages(copy.session_id)[-1]["content"] == "laptop's answer"
+    assert desktop.get_session(copy.session_id)["title"] == "shared (imported copy)"
+
+
+# ----------------------------------------------------------------------------- MiMo drafts
+@pytest.mark.parametrize("extra", [
+    {"dflash_config": {"attention_sink_bias": True}},
+    {"dflash_config": {"attention_value_scale": 0.5}},
+    {"attention_sink_bias": True, "attention_value_scale": 2.0},
+])
+def test_a_mimo_attention_sink_draft_is_refused_with_a_clear_message(pair, tmp_path, extra):
+    from engine.draft import load_draft
+
+    mimo = tmp_path / "mimo-dflash"
+    shutil.copytree(pair[1], mimo)
+    config = json.loads((mimo / "config.json").read_text())
+    for key, value in extra.items():
+        if isinstance(value, dict):
+            config.setdefault(key, {}).update(value)
+        else:
+            config[key] = value
+    (mimo / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="MiMo attention-sink draft"):
+        load_draft(mimo)
+    config_plain = json.loads((pair[1] / "config.json").read_text())
+    config_plain.setdefault("dflash_config", {}).update({"attention_sink_bias": False, "attention_value_scale": 1.0})
+    plain = tmp_path / "plain"
+    shutil.copytree(pair[1], plain)
+    (plain / "config.json").write_text(json.dumps(config_plain))
+    assert load_draft(plain) is not None  # the extras switched off are the plain format
+
+
+def test_attention_sink_weights_are_refused_too(pair, tmp_path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from engine.draft import load_draft
+
+    sink = tmp_path / "sink"
+    shutil.copytree(pair[1], sink)
+    state = load_file(str(sink / "model.safetensors"))
+    state["layers.0.self_attn.attention_sink_bias"] = torch.zeros(4)
+    save_file(state, str(sink / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="attention-sink"):
+        load_draft(sink)

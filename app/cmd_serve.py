@@ -13,7 +13,7 @@ import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
-from .config import AppConfig, parse_auth
+from .config import ApiConfig, AppConfig, parse_auth
 from .options import add_model_options
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome", "microsoft-edge")
@@ -49,6 +49,13 @@ def _add_app_options(parser) -> None:
     parser.add_argument("--allow-no-model", action="store_true",
                         help="start even when the model cannot load (the page says why; pick another there); "
                              "otherwise that is an error at start (exit 2)")
+    api = parser.add_argument_group("OpenAI-compatible API (/v1 on the same port)")
+    api.add_argument("--api-key", default=os.environ.get("DFLASH_STUDIO_API_KEY"), metavar="KEY",
+                     help="require 'Authorization: Bearer KEY' on /v1 (needed off loopback; "
+                          "default: $DFLASH_STUDIO_API_KEY)")
+    api.add_argument("--no-store-api", dest="store_api", action="store_false",
+                     help="do not store API requests as sessions")
+    api.add_argument("--no-api", dest="api", action="store_false", help="serve no /v1 API at all")
     add_model_options(parser)
 
 
@@ -59,6 +66,7 @@ def app_config(args) -> AppConfig:
         host=args.host, port=args.port, db_path=args.db, engine=engine_config(args), models_dir=args.models_dir,
         max_new_tokens=args.max_new_tokens, block_size=args.block_size, fallback=args.fallback,
         open_browser=not args.no_browser, auth=parse_auth(args.auth), allowed_hosts=tuple(args.allowed_host),
+        api=ApiConfig(enabled=args.api, key=args.api_key or None, store=args.store_api),
     ).validate()
 
 

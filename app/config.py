@@ -33,6 +33,26 @@ def parse_auth(value: str | None) -> tuple[str, str] | None:
 
 
 @dataclass(frozen=True)
+class ApiConfig:
+    """The OpenAI-compatible API served beside the page (``/v1/...``, ``/health``)."""
+
+    enabled: bool = True
+    key: str | None = None  # Bearer key for /v1; required off loopback
+    store: bool = True  # each API conversation becomes a stored session (--no-store-api: not)
+
+    def validate(self, host: str) -> "ApiConfig":
+        if self.key is not None and (len(self.key) < 8 or any(c.isspace() for c in self.key)):
+            raise InvalidRequestError("--api-key must be at least 8 characters with no spaces")
+        if self.enabled and self.key is None and not is_loopback(host):
+            raise InvalidRequestError(
+                f"refusing to serve the OpenAI-compatible API on {host} without a key: anyone on the network "
+                "could use the model. Add --api-key KEY (clients send 'Authorization: Bearer KEY'), "
+                "or --no-api, or keep the default 127.0.0.1."
+            )
+        return self
+
+
+@dataclass(frozen=True)
 class AppConfig:
     host: str = "127.0.0.1"
     port: int | None = None  # None: Gradio's first free port from 7860
@@ -47,6 +67,7 @@ class AppConfig:
     flush_interval_s: float = 1.0
     allowed_hosts: tuple[str, ...] = ()  # extra Host names to answer to (a reverse proxy, a LAN name)
     max_upload_mb: int = 32  # session imports; Gradio's default is no limit
+    api: ApiConfig = field(default_factory=ApiConfig)
 
     def validate(self) -> "AppConfig":
         if not is_loopback(self.host) and self.auth is None:
@@ -67,4 +88,5 @@ class AppConfig:
                 raise InvalidRequestError(f"--allowed-host takes a host name without scheme or port (got {name!r})")
         if self.flush_interval_s <= 0 or self.flush_interval_s > 1.0:
             raise InvalidRequestError("the reply flush interval must be in (0, 1] seconds")
+        self.api.validate(self.host)
         return self

@@ -167,6 +167,7 @@ class Studio:
     host: EngineHost
     ctx: Any
     demo: Any
+    api: Any = None  # app.api.ApiService, or None with --no-api
     extra_launch: dict = field(default_factory=dict)
 
     def launch_kwargs(self, **overrides) -> dict:
@@ -176,10 +177,20 @@ class Studio:
             server_name=self.config.host, server_port=self.config.port, auth=self.config.auth,
             inbrowser=self.config.open_browser, share=False, ssr_mode=False, show_error=True, quiet=False,
             run_history=False, max_file_size=f"{self.config.max_upload_mb}mb", allowed_paths=[],
-            app_kwargs={"middleware": [guard_middleware(guard_config(self.config))]}, **launch_options(),
+            app_kwargs=self.app_kwargs(), **launch_options(),
         )
         kwargs.update(self.extra_launch)
         kwargs.update(overrides)
+        return kwargs
+
+    def app_kwargs(self) -> dict:
+        """What Gradio passes to the FastAPI app it serves: the network guard for every route, and
+        the OpenAI-compatible API's routes (they come before the page's own)."""
+        kwargs = {"middleware": [guard_middleware(guard_config(self.config))]}
+        if self.api is not None:
+            from .api import api_routes
+
+            kwargs["routes"] = api_routes(self.api)
         return kwargs
 
     def close(self) -> None:
@@ -196,7 +207,18 @@ def build_studio(config: AppConfig, *, store=None, loader: Loader | None = None,
     from ui.layout import build_ui
 
     ctx = build_context(config, store=store, loader=loader, catalog=catalog)
-    return Studio(config, ctx.store, ctx.engines, ctx, build_ui(ctx))
+    return Studio(config, ctx.store, ctx.engines, ctx, build_ui(ctx), api=build_api_service(config, ctx))
+
+
+def build_api_service(config: AppConfig, ctx):
+    """The OpenAI-compatible API's service over the page's context (None with --no-api)."""
+    if not config.api.enabled:
+        return None
+    from .api import ApiService
+    from .api_requests import Defaults as ApiDefaults
+
+    defaults = ApiDefaults(max_tokens=config.max_new_tokens, block_size=config.block_size, fallback=config.fallback)
+    return ApiService(ctx, config.api, defaults)
 
 
 def build_context(config: AppConfig, *, store=None, loader: Loader | None = None,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from engine.config import FallbackConfig, SamplingConfig
 from engine.errors import DFlashError
 from engine.events import Cycle, Failed, Finished, Started, event_to_dict
+from engine.stops import with_stops
 
 from .context import UIContext
 from .trace import ReplyTrace
@@ -39,43 +40,83 @@ class ReplyUpdate:
 
 @dataclass
 class GenerationRequest:
-    session_id: int
+    session_id: int | None  # None: a reply that is not stored (the API with --no-store-api)
     prompt: object  # chat messages (list of dicts) or raw text
     raw: bool
     kind: str  # "chat" | "complete"
     sampling: SamplingConfig
     fallback: FallbackConfig
     settings: dict
+    stop: tuple[str, ...] = ()  # stop strings (the API's ``stop``): the reply ends before the first one
+
+
+class UnsavedReply:
+    """Stands in for the store's ``ReplyWriter`` when a reply is not to be stored."""
+
+    message_id = None
+
+    def __init__(self):
+        self.finished = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        return None
+
+    def add_cycle(self, cycle: dict) -> None:
+        return None
+
+    def set_content(self, text: str) -> None:
+        return None
+
+    def flush(self) -> None:
+        return None
+
+    def maybe_flush(self) -> None:
+        return None
+
+    def finish(self, status: str, **fields) -> None:
+        self.finished = True
+
+
+def _start_events(engine, request: GenerationRequest, cancel: threading.Event, out: queue.Queue):
+    """The engine's event iterator for this request, or None after telling ``out`` why not."""
+    if engine is None:
+        out.put(("refused", "no model is loaded (see the model status above the settings)"))
+    elif cancel.is_set():
+        out.put(("refused", "stopped before generation started (your message is kept: Regenerate answers it)"))
+    else:
+        try:
+            ids = engine.encode(request.prompt, raw=request.raw)
+            sampling = engine.check_request(ids, request.sampling)
+            events = engine.generate(ids, sampling, request.fallback, cancel)
+            return with_stops(events, request.stop, cancel) if request.stop else events
+        except (DFlashError, ValueError) as exc:
+            out.put(("refused", str(exc)))
+        except Exception as exc:  # noqa: BLE001 - shown to the user, not swallowed
+            out.put(("refused", f"{type(exc).__name__}: {exc}"))
+    return None
+
+
+def _open_writer(ctx: UIContext, request: GenerationRequest, engine):
+    if request.session_id is None:
+        return UnsavedReply()
+    message_id = ctx.store.start_reply(request.session_id, model=getattr(engine, "name", ""),
+                                       settings=request.settings, kind=request.kind)
+    return ctx.store.reply_writer(message_id, flush_interval_s=ctx.flush_interval_s)
 
 
 def record_reply(ctx: UIContext, request: GenerationRequest, engine, cancel: threading.Event, out: queue.Queue) -> None:
     """Runs on the engine worker: encode, check, generate, save; every event also goes to ``out``.
     Errors never vanish: they are saved on the reply (when there is one) and sent to ``out``."""
-    if engine is None:
-        out.put(("refused", "no model is loaded (see the model status above the settings)"))
-        out.put(DONE)
-        return
-    if cancel.is_set():
-        out.put(("refused", "stopped before generation started (your message is kept: Regenerate answers it)"))
+    events = _start_events(engine, request, cancel, out)
+    if events is None:
         out.put(DONE)
         return
     try:
-        ids = engine.encode(request.prompt, raw=request.raw)
-        sampling = engine.check_request(ids, request.sampling)
-        events = engine.generate(ids, sampling, request.fallback, cancel)
-    except (DFlashError, ValueError) as exc:
-        out.put(("refused", str(exc)))
-        out.put(DONE)
-        return
-    except Exception as exc:  # noqa: BLE001 - shown to the user, not swallowed
-        out.put(("refused", f"{type(exc).__name__}: {exc}"))
-        out.put(DONE)
-        return
-    try:
-        message_id = ctx.store.start_reply(request.session_id, model=getattr(engine, "name", ""),
-                                           settings=request.settings, kind=request.kind)
-        out.put(("message", message_id))
-        with ctx.store.reply_writer(message_id, flush_interval_s=ctx.flush_interval_s) as writer:
+        with _open_writer(ctx, request, engine) as writer:
+            out.put(("message", writer.message_id))
             text = ""
             for event in events:
                 if isinstance(event, Started):

@@ -1,0 +1,286 @@
+"""The OpenAI-compatible HTTP API on the app's own server and port, beside the page:
+
+    GET  /v1/models            the loaded model
+    POST /v1/chat/completions  chat, streamed (server-sent events) or not
+    POST /v1/completions       raw text continuation, streamed or not
+    GET  /health               200 when a model is loaded, 503 while loading or after a failed load
+    GET  /v1/openapi.json      the schema of all this
+
+An interface like the page: requests become engine calls on the same ONE worker (in order,
+behind what the page asked for), engine events become OpenAI objects, and each conversation is
+stored as a session (``api_sessions``). Errors always have OpenAI's shape, never a page or a
+traceback. On loopback no key is needed; with ``--api-key`` every /v1 request needs
+``Authorization: Bearer KEY``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.datastructures import Headers
+from starlette.routing import Mount, Route
+
+from engine.errors import DFlashError
+from engine.events import Failed, Finished
+from engine.stops import unsafe_tail
+
+from .api_render import Envelope, ReplyTally, error_body
+from .api_requests import (
+    ApiRequest,
+    ChatCompletionRequest,
+    CompletionRequest,
+    Defaults,
+    UnsupportedParameter,
+    to_api_request,
+)
+from .api_runs import Run, finish_run, start_run
+from .config import ApiConfig
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
+               405: "invalid_request_error", 413: "invalid_request_error", 503: "server_error"}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.param, self.code = status, param, code
+
+    def response(self) -> JSONResponse:
+        type_ = ERROR_TYPES.get(self.status, "server_error")
+        return JSONResponse(error_body(str(self), type_, self.param, self.code), status_code=self.status,
+                            headers={"WWW-Authenticate": "Bearer"} if self.status == 401 else None)
+
+
+def model_id(key: str) -> str:
+    """The id clients use for a model-picker key: 'tiny-coder (embedded)' -> 'tiny-coder-embedded'."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", key).strip("-").lower() or "model"
+
+
+@dataclass
+class ApiService:
+    """What the routes need: the page's context (store, engine host, Stop flags) and settings."""
+
+    ctx: Any  # ui.context.UIContext
+    config: ApiConfig = field(default_factory=ApiConfig)
+    defaults: Defaults = field(default_factory=Defaults)
+
+    # ------------------------------------------------------------------ checks
+    def refusal(self, headers: Headers) -> ApiError | None:
+        """Why a request may not reach any /v1 route (checked before its body is read)."""
+        if self.config.key is not None:
+            scheme, _, token = headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.config.key.encode()):
+                return ApiError(401, "Missing or incorrect API key: send 'Authorization: Bearer <the key given "
+                                     "to dflash-studio serve --api-key>'.", code="invalid_api_key")
+        length = headers.get("content-length", "0")
+        if length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return ApiError(413, f"the request body is over {MAX_BODY_BYTES // 1024 // 1024} MB")
+        return None
+
+    def model_card(self) -> dict:
+        key = self.ctx.engines.current_key
+        engine = self.ctx.engines.engine
+        return {"id": model_id(key), "object": "model", "created": 0, "owned_by": "dflash-studio",
+                "dflash": {"name": key, "block_size": getattr(engine, "block_size", None),
+                           "speculative": getattr(engine, "speculative", None),
+                           "status": self.ctx.engines.status().state}}
+
+    def check_model(self, name: str | None) -> None:
+        key = self.ctx.engines.current_key
+        if name is not None and name not in (key, model_id(key)):
+            raise ApiError(404, f"The model '{name}' does not exist here; this server serves '{model_id(key)}' "
+                                "(GET /v1/models).", param="model", code="model_not_found")
+
+    def check_engine(self, request: ApiRequest) -> None:
+        """Refuse a request the loaded engine cannot take (prompt over the context window...)
+        before anything is stored; while a model loads, the worker checks it once loaded."""
+        status = self.ctx.engines.status()
+        engine = self.ctx.engines.engine
+        if engine is None:
+            if status.state == "failed":
+                raise ApiError(503, f"no model is loaded: {status.error}", code="model_not_loaded")
+            return
+        try:
+            engine.check_request(engine.encode(request.prompt, raw=request.raw), request.sampling)
+        except DFlashError as exc:
+            code = "context_length_exceeded" if "context window" in str(exc) else None
+            raise ApiError(400, str(exc), param="messages" if request.kind == "chat" else "prompt", code=code) from None
+
+    # ------------------------------------------------------------------ completions
+    async def complete(self, body, http_request: Request, endpoint: str):
+        try:
+            request = to_api_request(body, self.defaults)
+        except UnsupportedParameter as exc:
+            raise ApiError(400, str(exc), param=exc.param, code="unsupported_parameter") from None
+        self.check_model(request.model)
+        await anyio.to_thread.run_sync(self.check_engine, request)
+        run = await start_run(self.ctx, request, endpoint, self.config.store)
+        try:
+            first = await self._first_item(run, http_request)
+        except BaseException:
+            finish_run(self.ctx, run)
+            raise
+        envelope = Envelope(("chatcmpl-" if request.kind == "chat" else "cmpl-") + secrets.token_hex(12),
+                            model_id(self.ctx.engines.current_key), kind=request.kind)
+        if request.stream:
+            return StreamingResponse(self._stream(run, envelope, request), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        try:
+            return JSONResponse(await self._collect(run, envelope, http_request, first))
+        finally:
+            finish_run(self.ctx, run)
+
+    async def _first_item(self, run: Run, http_request: Request):
+        """Wait (in the engine queue) until the worker starts the reply or refuses it."""
+        item = await run.next(http_request)
+        if item is None:
+            raise ApiError(499, "the client closed the request")
+        if item[0] == "refused":
+            raise ApiError(400, item[1])
+        if item[0] == "error":
+            raise ApiError(500, f"the reply could not be started: {item[1]}")
+        return item
+
+    async def _collect(self, run: Run, envelope: Envelope, http_request: Request, first) -> dict:
+        tally = ReplyTally()
+        async for kind, value in run.items(http_request):
+            if kind == "error":
+                raise ApiError(500, f"the reply could not be saved: {value}")
+            if kind == "event" and isinstance(value, Failed):
+                raise ApiError(500, f"generation failed: {value.kind}: {value.message}")
+            if kind == "event":
+                tally.add(value)
+        if tally.finished is None and not run.cancel.is_set():
+            raise ApiError(500, "the generation ended without a result")
+        return envelope.response(tally)
+
+    async def _stream(self, run: Run, envelope: Envelope, request: ApiRequest):
+        tally, sent, first = ReplyTally(), 0, True
+        try:
+            async for kind, value in run.items():
+                if kind == "error" or (kind == "event" and isinstance(value, Failed)):
+                    message = value if kind == "error" else f"generation failed: {value.kind}: {value.message}"
+                    yield sse(error_body(message, "server_error"))
+                    break
+                if kind != "event":
+                    continue
+                info = tally.add(value)
+                if isinstance(value, Finished):
+                    yield sse(envelope.chunk(tally.text[sent:], tally.finish_reason, tally.summary(), first))
+                    if request.include_usage:
+                        yield sse(envelope.usage_chunk(tally))
+                elif info is not None:
+                    safe = len(tally.text) - (unsafe_tail(tally.text, request.stop) if request.stop else 0)
+                    yield sse(envelope.chunk(tally.text[sent:max(sent, safe)], None, info, first))
+                    sent, first = max(sent, safe), False
+            yield "data: [DONE]\n\n"
+        finally:
+            finish_run(self.ctx, run)
+
+
+def sse(body: dict) -> str:
+    return f"data: {json.dumps(body, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+# ====================================================================== the ASGI app
+
+
+def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    param = ".".join(loc) or None
+    if first.get("type") == "json_invalid":
+        message = "the request body is not valid JSON"
+    else:
+        message = f"{param + ': ' if param else ''}{first.get('msg', 'invalid value')}"
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more problem{'s' * (len(errors) > 2)})"
+    return ApiError(400, message, param=param).response()
+
+
+def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if exc.status_code == 404:
+        message = f"Unknown endpoint: {request.method} {request.url.path}. This server has GET /v1/models, " \
+                  "POST /v1/chat/completions and POST /v1/completions."
+    elif exc.status_code == 405:
+        message = f"Method {request.method} is not allowed on {request.url.path}"
+    else:
+        message = str(exc.detail)
+    return ApiError(exc.status_code, message).response()
+
+
+def _server_error(request: Request, exc: Exception) -> JSONResponse:
+    return ApiError(500, f"internal error: {type(exc).__name__}: {exc}").response()
+
+
+def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+    return exc.response()
+
+
+class Gate:
+    """ASGI middleware of the /v1 app: the key and the body size, before anything else runs."""
+
+    def __init__(self, app, service: ApiService):
+        self.app, self.service = app, service
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            refusal = self.service.refusal(Headers(scope=scope))
+            if refusal is not None:
+                await refusal.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def build_api(service: ApiService) -> FastAPI:
+    """The /v1 application (mounted at /v1 by ``api_routes``)."""
+    api = FastAPI(title="DFlash Studio: OpenAI-compatible API", version="1", docs_url=None, redoc_url=None,
+                  openapi_url="/openapi.json", servers=[{"url": "/v1"}])
+    api.add_middleware(Gate, service=service)
+    api.add_exception_handler(ApiError, _api_error)
+    api.add_exception_handler(RequestValidationError, _validation_error)
+    api.add_exception_handler(StarletteHTTPException, _http_error)
+    api.add_exception_handler(Exception, _server_error)
+
+    @api.get("/models")
+    async def list_models() -> dict:
+        return {"object": "list", "data": [service.model_card()]}
+
+    @api.get("/models/{model}")
+    async def get_model(model: str) -> dict:
+        service.check_model(model)
+        return service.model_card()
+
+    @api.post("/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request):
+        return await service.complete(body, request, "chat.completions")
+
+    @api.post("/completions")
+    async def completions(body: CompletionRequest, request: Request):
+        return await service.complete(body, request, "completions")
+
+    return api
+
+
+def api_routes(service: ApiService) -> list:
+    """Routes for the app's server: /v1 (the API) and /health."""
+
+    async def health(request: Request) -> JSONResponse:
+        status = service.ctx.engines.status()
+        body = {"status": {"ready": "ok"}.get(status.state, status.state), "model": model_id(status.model_key),
+                "message": status.error or status.message}
+        return JSONResponse(body, status_code=200 if status.state == "ready" else 503)
+
+    return [Route("/health", health, methods=["GET"]), Mount("/v1", app=build_api(service))]

@@ -1,0 +1,105 @@
+"""One API request on the engine: stored (or not), queued on the ONE engine worker behind what
+the page and other clients asked for, its events handed to the event loop as they come.
+
+The worker runs ``ui.generation.record_reply``, the same function the page uses, so an API reply
+is recorded exactly like a chat reply (text, every cycle, stats; flushed at least once a second)
+and a reply cut short is kept as 'interrupted'. Cancelling (client gone, or Stop pressed in the
+page on that session) ends the generation at its next cycle boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+
+import anyio
+
+from ui.generation import DONE, GenerationRequest, record_reply
+
+from .api_requests import ApiRequest
+from .api_sessions import reply_settings, store_request
+
+DISCONNECT_POLL_S = 0.25
+
+
+class LoopOut:
+    """``record_reply``'s output queue, delivered to an asyncio queue on the server's loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self.queue: asyncio.Queue = asyncio.Queue()
+
+    def put(self, item) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:
+            pass  # the server's loop has closed (shutdown): no client is left to tell
+
+
+@dataclass
+class Run:
+    out: LoopOut
+    cancel: threading.Event
+    session_id: int | None
+    request: GenerationRequest
+
+    async def next(self, http_request=None):
+        """The next item from the worker; None when the client went away (the run is cancelled)."""
+        while True:
+            try:
+                return await asyncio.wait_for(self.out.queue.get(), DISCONNECT_POLL_S)
+            except (asyncio.TimeoutError, TimeoutError):
+                if http_request is not None and await http_request.is_disconnected():
+                    self.cancel.set()
+                    return None
+
+    async def items(self, http_request=None) -> AsyncIterator[tuple]:
+        """Items until the worker is done (or the client has gone)."""
+        while True:
+            item = await self.next(http_request)
+            if item is None or item is DONE:
+                return
+            yield item
+
+
+def with_seed(request: ApiRequest) -> ApiRequest:
+    """A sampled reply gets a seed when the client gave none, stored so that it can be replayed."""
+    if request.sampling.temperature > 0 and request.sampling.seed is None:
+        return replace(request, sampling=replace(request.sampling, seed=secrets.randbelow(2**31)))
+    return request
+
+
+def _report_crash(future, out: LoopOut) -> None:
+    exc = future.exception() if not future.cancelled() else None
+    if exc is not None:  # record_reply reports its own errors; this is a bug if it happens
+        out.put(("error", f"{type(exc).__name__}: {exc}"))
+        out.put(DONE)
+
+
+async def start_run(ctx, request: ApiRequest, endpoint: str, store: bool) -> Run:
+    """Store the request (unless ``store`` is off) and queue its generation."""
+    engine = ctx.engines.engine
+    block = request.sampling.block_size or (engine.block_size if engine is not None else 1)
+    request = with_seed(request)
+    settings = reply_settings(request, ctx.engines.current_key, block, endpoint)
+    session_id = None
+    if store:
+        session_id = await anyio.to_thread.run_sync(store_request, ctx.store, request, settings)
+        ctx.mark_request(session_id)
+    cancel = ctx.new_cancel(session_id) if session_id is not None else threading.Event()
+    generation = GenerationRequest(session_id, request.prompt, request.raw, request.kind, request.sampling,
+                                   request.fallback, settings, request.stop)
+    out = LoopOut(asyncio.get_running_loop())
+    future = ctx.engines.submit(lambda engine: record_reply(ctx, generation, engine, cancel, out))
+    future.add_done_callback(lambda f: _report_crash(f, out))
+    return Run(out, cancel, session_id, generation)
+
+
+def finish_run(ctx, run: Run) -> None:
+    """The client is done with the run: stop it if it still runs, forget its cancel flag."""
+    run.cancel.set()
+    if run.session_id is not None:
+        ctx.forget_cancel(run.session_id, run.cancel)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
+import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import anyio
 
@@ -45,16 +46,22 @@ class Run:
     cancel: threading.Event
     session_id: int | None
     request: GenerationRequest
+    _last_poll: float = field(default_factory=time.monotonic)
 
     async def next(self, http_request=None):
-        """The next item from the worker; None when the client went away (the run is cancelled)."""
+        """The next item from the worker; None when the client went away (the run is cancelled).
+        Whether the client is still there is asked every DISCONNECT_POLL_S, busy or not."""
         while True:
+            now = time.monotonic()
+            if http_request is not None and now - self._last_poll >= DISCONNECT_POLL_S:
+                self._last_poll = now
+                if await http_request.is_disconnected():
+                    self.cancel.set()
+                    return None
             try:
                 return await asyncio.wait_for(self.out.queue.get(), DISCONNECT_POLL_S)
             except (asyncio.TimeoutError, TimeoutError):
-                if http_request is not None and await http_request.is_disconnected():
-                    self.cancel.set()
-                    return None
+                continue
 
     async def items(self, http_request=None) -> AsyncIterator[tuple]:
         """Items until the worker is done (or the client has gone)."""

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from app.cli import build_parser, main
-from app.config import AppConfig, is_loopback, parse_auth
+from app.config import ApiConfig, AppConfig, is_loopback, parse_auth
 from app.wiring import EMBEDDED_KEY, EngineHost, ModelChoice, model_catalog
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
@@ -35,7 +35,8 @@ def test_loopback_hosts(host, loopback):
 def test_a_non_loopback_host_is_refused_without_auth(capsys):
     with pytest.raises(InvalidRequestError, match="without authentication"):
         AppConfig(host="0.0.0.0").validate()
-    AppConfig(host="0.0.0.0", auth=("me", "secret")).validate()
+    AppConfig(host="0.0.0.0", auth=("me", "secret"), api=ApiConfig(key="api-key-1234")).validate()
+    AppConfig(host="0.0.0.0", auth=("me", "secret"), api=ApiConfig(enabled=False)).validate()
     assert main(["serve", "--host", "0.0.0.0", "--no-browser"]) == 2  # nothing starts
     assert "refusing to listen on 0.0.0.0" in capsys.readouterr().err
     assert main(["--host", "0.0.0.0", "--auth", "nocolon"]) == 2

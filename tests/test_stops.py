@@ -1,0 +1,61 @@
+"""Stop strings on an event stream (engine.stops): the cut, the cancel flag, the final event."""
+
+from __future__ import annotations
+
+import threading
+
+from engine.config import FallbackConfig, SamplingConfig
+from engine.events import Cycle, Finished, Started
+from engine.stops import find_stop, unsafe_tail, with_stops
+from tests.fake_engine import FakeEngine, FakeReply
+
+
+def run(text: str, stops, accept=(2,)):
+    engine = FakeEngine()
+    engine.enqueue(FakeReply(text, accept=accept, fallback_at={}))
+    cancel = threading.Event()
+    events = list(with_stops(engine.generate([1, 2], SamplingConfig(max_new_tokens=500), FallbackConfig(False),
+                                             cancel), stops, cancel))
+    return events, cancel
+
+
+def streamed_text(events) -> str:
+    return "".join([e.first_text for e in events if isinstance(e, Started)]
+                   + [e.emitted_text for e in events if isinstance(e, Cycle)])
+
+
+def test_find_stop_and_unsafe_tail():
+    assert find_stop("abc\nclass X", ["\nclass", "X"]) == 3
+    assert find_stop("abc", ["zz", ""]) is None
+    assert unsafe_tail("return 1\n", ["\nclass"]) == 1
+    assert unsafe_tail("return 1\ncla", ["\nclass", "```"]) == 4
+    assert unsafe_tail("return 1", ["\nclass"]) == 0
+    assert unsafe_tail("x``", ["```"]) == 2
+
+
+def test_the_reply_ends_before_the_stop_and_the_engine_is_told():
+    events, cancel = run("one two three\nclass Four:\n    five six seven eight nine", ["\nclass"])
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.reason == "stop" and finished.text == "one two three"
+    assert cancel.is_set()
+    assert streamed_text(events).startswith("one two three")
+    assert len(finished.token_ids) == 1 + sum(len(e.emitted) for e in events if isinstance(e, Cycle))
+    assert list(finished.acceptance_lengths) == [e.tau for e in events if isinstance(e, Cycle)]
+
+
+def test_a_stop_split_over_two_cycles_cuts_the_earlier_text():
+    events, _ = run("alpha beta\n\nclass Gamma", ["\nclass"], accept=(0,))  # one token per cycle
+    assert events[-1].text == "alpha beta\n"
+    assert events[-1].reason == "stop"
+
+
+def test_no_stop_found_changes_nothing():
+    events, cancel = run("def f():\n    return 1\n", ["zzz"])
+    plain, _ = run("def f():\n    return 1\n", [])
+    assert events[:-1] == plain[:-1] and not cancel.is_set()  # (the last differs in its timings only)
+    assert events[-1].reason == "stop" and events[-1].text == "def f():\n    return 1\n"
+
+
+def test_a_stop_in_the_first_token():
+    events, cancel = run("STOP here", ["STOP"])
+    assert cancel.is_set() and events[0].first_text == "" and events[-1].text == ""

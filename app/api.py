@@ -32,6 +32,7 @@ from starlette.routing import Mount, Route
 
 from engine.errors import DFlashError
 from engine.events import Failed, Finished
+from engine.interface import capabilities_of
 from engine.stops import unsafe_tail
 
 from .api_render import Envelope, ReplyTally, error_body
@@ -74,10 +75,15 @@ class ApiService:
     ctx: Any  # ui.context.UIContext
     config: ApiConfig = field(default_factory=ApiConfig)
     defaults: Defaults = field(default_factory=Defaults)
+    login_required: bool = False  # the page needs a login (--auth): then /v1 needs a key too
 
     # ------------------------------------------------------------------ checks
     def refusal(self, headers: Headers) -> ApiError | None:
         """Why a request may not reach any /v1 route (checked before its body is read)."""
+        if self.config.key is None and self.login_required:
+            return ApiError(401, "This server requires a login (--auth); the API needs a key of its own: "
+                                 "start it with --api-key KEY and send 'Authorization: Bearer KEY'.",
+                            code="invalid_api_key")
         if self.config.key is not None:
             scheme, _, token = headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.config.key.encode()):
@@ -111,6 +117,11 @@ class ApiService:
             if status.state == "failed":
                 raise ApiError(503, f"no model is loaded: {status.error}", code="model_not_loaded")
             return
+        capabilities = capabilities_of(engine)
+        for name, supported in (("block_size", capabilities.block_size_choice), ("fallback", capabilities.fallback)):
+            if name in request.params and not supported:
+                raise ApiError(400, f"{name}: not supported by the {capabilities.kind} engine this server runs",
+                               param=name, code="unsupported_parameter")
         try:
             engine.check_request(engine.encode(request.prompt, raw=request.raw), request.sampling)
         except DFlashError as exc:
@@ -127,7 +138,7 @@ class ApiService:
         await anyio.to_thread.run_sync(self.check_engine, request)
         run = await start_run(self.ctx, request, endpoint, self.config.store)
         try:
-            first = await self._first_item(run, http_request)
+            await self._first_item(run, http_request)
         except BaseException:
             finish_run(self.ctx, run)
             raise
@@ -137,11 +148,11 @@ class ApiService:
             return StreamingResponse(self._stream(run, envelope, request), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         try:
-            return JSONResponse(await self._collect(run, envelope, http_request, first))
+            return JSONResponse(await self._collect(run, envelope, http_request))
         finally:
             finish_run(self.ctx, run)
 
-    async def _first_item(self, run: Run, http_request: Request):
+    async def _first_item(self, run: Run, http_request: Request) -> None:
         """Wait (in the engine queue) until the worker starts the reply or refuses it."""
         item = await run.next(http_request)
         if item is None:
@@ -150,10 +161,12 @@ class ApiService:
             raise ApiError(400, item[1])
         if item[0] == "error":
             raise ApiError(500, f"the reply could not be started: {item[1]}")
-        return item
 
-    async def _collect(self, run: Run, envelope: Envelope, http_request: Request, first) -> dict:
-        tally = ReplyTally()
+    def _tally(self) -> ReplyTally:
+        return ReplyTally(rejected_known=capabilities_of(self.ctx.engines.engine).rejected_drafts)
+
+    async def _collect(self, run: Run, envelope: Envelope, http_request: Request) -> dict:
+        tally = self._tally()
         async for kind, value in run.items(http_request):
             if kind == "error":
                 raise ApiError(500, f"the reply could not be saved: {value}")
@@ -166,7 +179,7 @@ class ApiService:
         return envelope.response(tally)
 
     async def _stream(self, run: Run, envelope: Envelope, request: ApiRequest):
-        tally, sent, first = ReplyTally(), 0, True
+        tally, sent, first = self._tally(), 0, True
         try:
             async for kind, value in run.items():
                 if kind == "error" or (kind == "event" and isinstance(value, Failed)):

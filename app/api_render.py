@@ -10,6 +10,8 @@ pass), ``block_size``, ``accepted``, and ``origins`` (one per token the cycle em
 ``prefill`` | ``accepted`` | ``bonus``). On the final chunk / response: ``block_size``,
 ``acceptance_lengths`` (τ per cycle), ``mean_acceptance_length``, ``per_position_acceptance``,
 ``draft_tokens``, ``accepted_tokens``, ``rejected_tokens``, ``fallback_changes``, timings.
+An engine that does not report rejected drafts (vLLM) gets ``null`` there, and no
+``rejected_prediction_tokens`` in ``usage``: left out, never invented.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class ReplyTally:
     taus: list[int] = field(default_factory=list)
     fallback_changes: list[dict] = field(default_factory=list)
     finished: Finished | None = None
+    rejected_known: bool = True  # False for an engine that does not report rejected drafts (vLLM)
 
     def add(self, event) -> dict | None:
         """Count one event; return the per-chunk ``dflash`` object for the text it adds."""
@@ -80,12 +83,11 @@ class ReplyTally:
         return FINISH_REASONS.get(self.finished.reason if self.finished else "cancelled", "stop")
 
     def usage(self) -> dict:
-        return {
-            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-            "completion_tokens_details": {"accepted_prediction_tokens": self.accepted,
-                                          "rejected_prediction_tokens": self.rejected, "reasoning_tokens": 0},
-        }
+        details = {"accepted_prediction_tokens": self.accepted, "reasoning_tokens": 0}
+        if self.rejected_known:  # else left out, never invented
+            details["rejected_prediction_tokens"] = self.rejected
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.prompt_tokens + self.completion_tokens, "completion_tokens_details": details}
 
     def summary(self) -> dict:
         """The final ``dflash`` object."""
@@ -96,7 +98,8 @@ class ReplyTally:
             "acceptance_lengths": taus,
             "mean_acceptance_length": round(sum(taus) / len(taus), 4) if taus else 0.0,
             "per_position_acceptance": [round(p, 4) for p in (finished.per_position_acceptance if finished else ())],
-            "draft_tokens": self.drafted, "accepted_tokens": self.accepted, "rejected_tokens": self.rejected,
+            "draft_tokens": self.drafted if self.rejected_known else None, "accepted_tokens": self.accepted,
+            "rejected_tokens": self.rejected if self.rejected_known else None,
             "fallback_changes": self.fallback_changes,
             "cancelled": bool(finished is None or finished.reason == "cancelled"),
             "prefill_ms": round(finished.prefill_ms, 2) if finished else None,

@@ -218,7 +218,7 @@ def build_api_service(config: AppConfig, ctx):
     from .api_requests import Defaults as ApiDefaults
 
     defaults = ApiDefaults(max_tokens=config.max_new_tokens, block_size=config.block_size, fallback=config.fallback)
-    return ApiService(ctx, config.api, defaults)
+    return ApiService(ctx, config.api, defaults, login_required=config.auth is not None)
 
 
 def build_context(config: AppConfig, *, store=None, loader: Loader | None = None,

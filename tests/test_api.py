@@ -365,3 +365,13 @@ def test_a_non_loopback_bind_needs_the_key_on_v1():
         assert client.chat.completions.create(model="fake-coder", messages=HI).choices[0].finish_reason == "stop"
     finally:
         studio.close()
+
+
+def test_with_a_login_on_the_page_the_api_needs_its_own_key():
+    studio = fake_studio(FakeEngine(), auth=("me", "secret"))
+    url = launch(studio)
+    try:
+        response = httpx.get(url + "/v1/models")
+        assert response.status_code == 401 and "--api-key" in response.json()["error"]["message"]
+    finally:
+        studio.close()

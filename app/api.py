@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.datastructures import Headers
 from starlette.routing import Mount, Route
 
-from engine.errors import DFlashError
+from engine.errors import DFlashError, PromptTooLongError
 from engine.events import Failed, Finished
 from engine.interface import capabilities_of
 from engine.stops import unsafe_tail
@@ -124,9 +124,11 @@ class ApiService:
                                param=name, code="unsupported_parameter")
         try:
             engine.check_request(engine.encode(request.prompt, raw=request.raw), request.sampling)
+        except PromptTooLongError as exc:
+            raise ApiError(400, f"{exc}. Shorten the prompt.", param="messages" if request.kind == "chat" else "prompt",
+                           code="context_length_exceeded") from None
         except DFlashError as exc:
-            code = "context_length_exceeded" if "context window" in str(exc) else None
-            raise ApiError(400, str(exc), param="messages" if request.kind == "chat" else "prompt", code=code) from None
+            raise ApiError(400, str(exc), param="messages" if request.kind == "chat" else "prompt") from None
 
     # ------------------------------------------------------------------ completions
     async def complete(self, body, http_request: Request, endpoint: str):

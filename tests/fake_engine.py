@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from engine.config import FallbackConfig, SamplingConfig
-from engine.errors import InvalidRequestError
+from engine.prompts import fit_request
 from engine.events import Cycle, DraftSlot, Failed, FallbackDecision, Finished, Started
 
 PIECE = re.compile(r"\s+|\w+|[^\w\s]")
@@ -89,16 +89,7 @@ class FakeEngine:
         return " ".join(map(str, ids))
 
     def check_request(self, prompt_ids: list[int], sampling: SamplingConfig) -> SamplingConfig:
-        sampling.validate(max_block_size=64)
-        if not prompt_ids:
-            raise InvalidRequestError("the prompt is empty")
-        room = self.context_window - len(prompt_ids) - 1
-        if room < 1:
-            raise InvalidRequestError(
-                f"the prompt is {len(prompt_ids)} tokens; this model's context window is {self.context_window} tokens. "
-                "Shorten it or start a new session."
-            )
-        return replace(sampling, max_new_tokens=min(sampling.max_new_tokens, room))
+        return fit_request(list(prompt_ids), sampling, self.context_window)  # the real engines' own check
 
     def generate(self, prompt_ids, sampling: SamplingConfig, fallback: FallbackConfig | None = None,
                  cancel: threading.Event | None = None, **_ignored):

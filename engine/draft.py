@@ -19,6 +19,7 @@ from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
 from .errors import CheckpointError
+from .weights import check_safetensors_file
 
 DRAFT_ARCHITECTURE = "DFlashDraftModel"
 
@@ -331,6 +332,7 @@ def load_draft(directory: str | Path, device: str | torch.device = "cpu", dtype:
     config = read_draft_config(directory)
     state: dict[str, torch.Tensor] = {}
     for file in draft_weight_files(directory):
+        check_safetensors_file(file)
         try:
             state.update(load_file(str(file)))
         except Exception as exc:  # safetensors raises its own error types

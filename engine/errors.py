@@ -47,3 +47,7 @@ def check_prompt_text(text) -> str:
     if text is None or not str(text).strip():
         raise EmptyPromptError()
     return str(text)
+
+
+class NonFiniteLogitsError(DFlashError):
+    """The model's logits held NaN or inf (bad weights, or an fp16/bf16 overflow)."""

@@ -15,6 +15,7 @@ from .config import EngineConfig
 from .draft import DFlashDraftModel, draft_setting, load_draft
 from .errors import CheckpointError, IncompatibleDraftError
 from .features import decoder_layers
+from .weights import check_weight_files, guard_logits
 
 ASSETS_ENV = "DFLASH_STUDIO_ASSETS"
 EMBEDDED_NAME = "tiny-coder"
@@ -110,12 +111,18 @@ def load_target(directory: Path, device: torch.device, dtype: torch.dtype):
     if not (directory / "config.json").is_file():
         raise CheckpointError(f"no config.json in target directory {directory}")
     check_safetensors(directory, "target")
+    check_weight_files(directory)
     try:
-        target = AutoModelForCausalLM.from_pretrained(
-            directory, dtype=dtype, use_safetensors=True, trust_remote_code=False
+        target, info = AutoModelForCausalLM.from_pretrained(
+            directory, dtype=dtype, use_safetensors=True, trust_remote_code=False, output_loading_info=True
         )
-    except (OSError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"cannot load target from {directory}: {exc}") from exc
+    except Exception as exc:  # transformers and safetensors raise many types; all mean "cannot load"
+        raise CheckpointError(f"cannot load target from {directory}: {type(exc).__name__}: {exc}") from exc
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:  # transformers would fill them with random values and only warn
+        raise CheckpointError(f"inconsistent weights in {directory}: {len(missing)} tensor(s) the config needs are "
+                              f"missing ({', '.join(missing[:3])}{'…' if len(missing) > 3 else ''})")
+    guard_logits(target)
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
     except Exception as exc:

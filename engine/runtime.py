@@ -16,6 +16,7 @@ from .events import Event, mark_context_full
 from .interface import LOCAL_CAPABILITIES, Capabilities
 from .loading import LoadedModels, describe, load_models
 from .prompts import Message, encode_prompt, fit_request
+from .weights import explain_failures
 
 
 class LocalEngine:
@@ -81,11 +82,12 @@ class LocalEngine:
     ) -> Iterator[Event]:
         sampling = self.check_request(prompt_ids, sampling)
         draft = self.models.draft if speculative else None
-        return mark_context_full(generate(
+        events = generate(
             self.models.target, draft, prompt_ids, sampling, tokenizer=self.tokenizer,
             stop_token_ids=self.models.stop_token_ids, fallback=fallback, cancel=cancel,
             slot_details=slot_details,
-        ), self.models.context_window)
+        )
+        return mark_context_full(explain_failures(events, self.models.device), self.models.context_window)
 
     @torch.inference_mode()
     def hf_generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> tuple[list[int], float]:

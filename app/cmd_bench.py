@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .options import add_fallback_options, add_model_options, engine_config
+from .options import add_fallback_options, add_model_options, add_proposal_option, engine_config
 
 
 def register(subparsers) -> None:
@@ -19,6 +19,7 @@ def register(subparsers) -> None:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
+    add_proposal_option(parser)
     parser.add_argument("--limit", type=int, help="only the first N prompts")
     add_fallback_options(parser)
     parser.add_argument("--costs", action="store_true",
@@ -47,7 +48,7 @@ def run(args) -> int:
     prompts = read_prompts(path)[: args.limit or None]
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, block_size=args.block_size,
                               temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                              seed=args.seed).validate()
+                              seed=args.seed, proposal=args.proposal).validate()
     fallback = FallbackConfig(enabled=args.fallback, preset=args.fallback_preset)
     engine = Engine.load(engine_config(args))
 

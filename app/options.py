@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine.config import EngineConfig, FallbackConfig, SamplingConfig
+from engine.config import PROPOSALS, EngineConfig, FallbackConfig, SamplingConfig
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +24,13 @@ def add_sampling_options(parser: argparse.ArgumentParser, max_new_tokens: int = 
     group.add_argument("--top-p", type=float, default=1.0)
     group.add_argument("--top-k", type=int, default=0)
     group.add_argument("--seed", type=int)
+    add_proposal_option(group)
+
+
+def add_proposal_option(group) -> None:
+    group.add_argument("--proposal", choices=list(PROPOSALS), default="sample",
+                       help="T > 0: draft tokens drawn from the draft's distribution (sample, default) or its "
+                            "argmax; both are lossless speculative sampling")
 
 
 def add_fallback_options(parser: argparse.ArgumentParser, default: bool = False) -> None:
@@ -41,7 +48,7 @@ def engine_config(args) -> EngineConfig:
 def sampling_config(args) -> SamplingConfig:
     return SamplingConfig(
         max_new_tokens=args.max_new_tokens, block_size=args.block_size, temperature=args.temperature,
-        top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+        top_p=args.top_p, top_k=args.top_k, seed=args.seed, proposal=args.proposal,
     ).validate()
 
 

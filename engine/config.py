@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from .errors import InvalidRequestError
 
+PROPOSALS = ("sample", "argmax")  # SamplingConfig.proposal
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -29,6 +31,10 @@ class SamplingConfig:
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
+    # T > 0 only: where the draft tokens come from. "sample": drawn from the draft's own
+    # distribution q at this temperature/top-p/top-k; "argmax": the draft's argmax (one-hot q).
+    # Both are lossless (speculative sampling); they differ in how often drafts are accepted.
+    proposal: str = "sample"
 
     def validate(self, max_block_size: int | None = None) -> "SamplingConfig":
         problems = []
@@ -42,6 +48,8 @@ class SamplingConfig:
             problems.append(f"temperature must be between 0 and 5 (got {self.temperature})")
         if not (0.0 < self.top_p <= 1.0):
             problems.append(f"top_p must be in (0, 1] (got {self.top_p})")
+        if self.proposal not in PROPOSALS:
+            problems.append(f"proposal must be one of {', '.join(PROPOSALS)} (got {self.proposal!r})")
         if self.top_k < 0:
             problems.append(f"top_k must be 0 (off) or positive (got {self.top_k})")
         if problems:

@@ -25,7 +25,7 @@ from .errors import DFlashError
 from .events import Cycle, DraftSlot, Event, Failed, Finished, Started
 from .fallback import make_policy
 from .features import FeatureCapture
-from .sampling import leading_matches, sample, sampling_probs
+from .sampling import draw, leading_matches, sample, sampling_probs, speculative_accept
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, 
         t0 = clock(device)
         out = target(input_ids=torch.tensor([prompt_ids], device=device), past_key_values=cache,
                      use_cache=True, logits_to_keep=1)
-        anchor = chooser.choose(out.logits[0, -1:])[0]
+        anchor = chooser.first(out.logits[0, -1:])
         pending = [capture.take()] if speculative else []  # features not yet in the draft cache
         prefill_ms = (clock(device) - t0) * 1000
         reply = Reply(detok, anchor)
@@ -121,7 +121,7 @@ class Verified:
     draft_logits: torch.Tensor | None  # [B-1, V]; None at block 1
     target_logits: torch.Tensor  # [B, V]: position j predicts the token after [anchor, drafts[:j]]
     chosen: list[int]  # the target's token at each verified position
-    accepted: int  # leading drafts equal to the target's choices
+    accepted: int  # leading drafts the target accepted
     draft_ms: float
     verify_ms: float
 
@@ -136,17 +136,18 @@ def draft_and_verify(target, draft, cache, draft_cache, pending, anchor, start, 
     verifies [anchor, drafts] at positions start..start+B-1 (the target cache appends them)."""
     device = target.device
     t_draft = clock(device)
-    drafts, draft_logits = [], None
+    drafts, draft_logits, q = [], None, None
     if block > 1:
-        drafts, draft_logits = propose(draft, target, draft_cache, pending, anchor, start, block)
+        argmax, draft_logits = propose(draft, target, draft_cache, pending, anchor, start, block)
+        drafts, q = chooser.proposals(argmax, draft_logits)
     t_verify = clock(device)
     out = target(input_ids=torch.tensor([[anchor] + drafts], device=device),
                  position_ids=torch.arange(start, start + block, device=device)[None],
                  past_key_values=cache, use_cache=True)
     logits = out.logits[0]
-    chosen = chooser.choose(logits)
+    accepted, chosen = chooser.verify(drafts, q, logits)
     t_done = clock(device)
-    return Verified(drafts, draft_logits, logits, chosen, leading_matches(drafts, chosen),
+    return Verified(drafts, draft_logits, logits, chosen, accepted,
                     (t_verify - t_draft) * 1000, (t_done - t_verify) * 1000)
 
 
@@ -207,7 +208,8 @@ class Reply:
 
 def propose(draft, target, draft_cache, pending, anchor, start, block):
     """One draft forward on [anchor, MASK*...] with the new context features. Returns the
-    block-1 argmax proposals and their logits [block-1, V].
+    block-1 argmax proposals and their logits [block-1, V] (at T > 0 ``TokenChooser.proposals``
+    may draw the drafts from those logits instead).
 
     A smaller block than the draft's own (fallback's reduced mode, the last block, a user's
     choice) still drafts the full trained block and verifies only its first slots: the mask
@@ -226,7 +228,9 @@ def propose(draft, target, draft_cache, pending, anchor, start, block):
 
 
 class TokenChooser:
-    """The target's choice at each verified position: argmax (T=0) or a seeded sample."""
+    """The target's choices: argmax at T = 0 (accept while equal); speculative sampling at
+    T > 0 (``sampling.speculative_accept``, seeded), with proposals from the draft's own
+    distribution or its argmax (``SamplingConfig.proposal``)."""
 
     def __init__(self, sampling: SamplingConfig, device):
         self.sampling = sampling
@@ -242,10 +246,28 @@ class TokenChooser:
         s = self.sampling
         return sampling_probs(logits, s.temperature if s.temperature > 0 else 1.0, s.top_p, s.top_k)
 
-    def choose(self, logits: torch.Tensor) -> list[int]:
+    def first(self, logits: torch.Tensor) -> int:
+        """The prefill's token from the last position's logits [1, V]."""
         if self.generator is None:
-            return logits.argmax(dim=-1).tolist()
-        return sample(self.probs(logits), self.generator).tolist()
+            return int(logits[-1].argmax())
+        return int(sample(self.probs(logits[-1:]), self.generator)[0])
+
+    def proposals(self, argmax: list[int], draft_logits: torch.Tensor) -> tuple[list[int], torch.Tensor | None]:
+        """The drafts to verify and the distribution q they were drawn from (None: one-hot)."""
+        if self.generator is None or self.sampling.proposal == "argmax":
+            return argmax, None
+        q = self.probs(draft_logits)
+        return draw(q, self.generator), q
+
+    def verify(self, drafts: list[int], q: torch.Tensor | None, logits: torch.Tensor) -> tuple[int, list[int]]:
+        """(accepted, the target's token at each position): the accepted drafts, then the
+        correction or bonus; past it (never emitted) the target's argmax, for the teaching view."""
+        if self.generator is None:
+            chosen = logits.argmax(dim=-1).tolist()
+            return leading_matches(drafts, chosen), chosen
+        accepted, token = speculative_accept(drafts, q, self.probs(logits), self.generator)
+        rest = logits[accepted + 1:].argmax(dim=-1).tolist()
+        return accepted, drafts[:accepted] + [token] + rest
 
 
 def cut_at_stop(tokens: list[int], stop_ids: set[int]) -> list[int]:

@@ -44,7 +44,7 @@ class FallbackDecision:
 class DraftSlot:
     """One draft slot (block position j = 1..B-1) of one cycle, for the teaching view."""
 
-    token: int  # the token the draft proposed (its argmax)
+    token: int  # the token the draft proposed (its argmax; at T > 0 possibly a sample from its q)
     text: str  # that token on its own, for display
     draft_top: tuple[tuple[int, str, float], ...]  # the draft's top-3 (token, text, probability)
     target_prob: float  # the target's probability of the drafted token (at the sampling temperature)

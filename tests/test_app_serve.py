@@ -83,15 +83,15 @@ def test_sessions_survive_a_restart_of_the_app(tmp_path):
     db = tmp_path / "sessions.db"
     ctx = fake_studio(FakeEngine(), db_path=db, ui=False)
     ctx.engines.start().result(timeout=5)
-    session_id = h.submit_prompt(ctx, None, "remember me", *CONTROLS)[0]
+    session_id = h.submit_prompt(ctx, None, "remember me", *CONTROLS)["session"]
     list(h.respond(ctx, session_id, *CONTROLS))
     ctx.engines.shutdown()
     ctx.store.close()
 
     ctx = fake_studio(FakeEngine(), db_path=db, ui=False)  # a new process, in effect
     view = h.on_load(ctx, None)
-    assert view[0] == session_id and view[5] == "remember me"
-    assert [r["role"] for r in view[2]] == ["user", "assistant"] and 'data-origin="accepted"' in view[6]
+    assert view["session"] == session_id and view["title"] == "remember me"
+    assert [r["role"] for r in view["chat"]] == ["user", "assistant"] and 'data-origin="accepted"' in view["token_view"]
     ctx.store.close()
 
 

@@ -42,7 +42,7 @@ def ctx(engine, tmp_path):
 def chat(ctx, engine, text, reply=None, session_id=None, controls=CONTROLS):
     if reply is not None:
         engine.enqueue(reply)
-    session_id = h.submit_prompt(ctx, session_id, text, *controls)[0]
+    session_id = h.submit_prompt(ctx, session_id, text, *controls)["session"]
     list(h.respond(ctx, session_id, *controls))
     return session_id, ctx.store.get_messages(session_id)[-1]
 
@@ -154,40 +154,36 @@ def test_the_view_defaults_to_the_latest_reply_and_steps_through_it(ctx, engine)
     first, _ = chat(ctx, engine, "old session", "old reply here")
     session_id, reply = chat(ctx, engine, "new", FakeReply(accept=(2,), fallback_at={}))
     view = teach.full_view(ctx)
-    assert view[0].value == session_id and view[1].value == reply["id"]
-    assert [v for _, v in view[0].choices] == [session_id, first]
+    assert set(view) == set(teach.FULL_VIEW)
+    assert view["session"].value == session_id and view["reply"].value == reply["id"]
+    assert [v for _, v in view["session"].choices] == [session_id, first]
     n = len(ctx.store.get_cycles(reply["id"]))
-    assert view[2].maximum == n and 'data-cycle="1"' in view[3]
-    assert f"DFlash used <b>{n}</b>" in view[4]
-    k, page = teach.move(ctx, reply["id"], 1, +1)
-    assert k == 2 and 'id="teach-slots" data-cycle="2"' in page
-    assert teach.move(ctx, reply["id"], 1, -1)[0] == 1  # clamped at both ends
-    assert teach.move(ctx, reply["id"], n, +1)[0] == n
+    assert view["cycle"].maximum == n and 'data-cycle="1"' in view["step"]
+    assert f"DFlash used <b>{n}</b>" in view["explainer"]
+    moved = teach.move(ctx, reply["id"], 1, +1)
+    assert moved["cycle"] == 2 and 'id="teach-slots" data-cycle="2"' in moved["step"]
+    assert teach.move(ctx, reply["id"], 1, -1)["cycle"] == 1  # clamped at both ends
+    assert teach.move(ctx, reply["id"], n, +1)["cycle"] == n
     # Play from the end restarts; each tick moves one cycle; the last tick stops the timer
-    playing, timer, button, k, _ = teach.toggle_play(ctx, reply["id"], n, False, 2.0)
-    assert playing and timer.active and timer.value == 0.5 and k == 1
-    k, page, playing, timer, button = teach.tick(ctx, reply["id"], 1, True)
-    assert k == 2 and 'data-cycle="2"' in page and playing == timer == button == gr_skip()
-    k, page, playing, timer, button = teach.tick(ctx, reply["id"], n - 1, True)
-    assert k == n and not playing and timer.active is False and button.value == teach.PLAY
+    played = teach.toggle_play(ctx, reply["id"], n, False, 2.0)
+    assert played["playing"] and played["timer"].active and played["timer"].value == 0.5 and played["cycle"] == 1
+    ticked = teach.tick(ctx, reply["id"], 1, True)
+    assert ticked["cycle"] == 2 and 'data-cycle="2"' in ticked["step"] and set(ticked) == {"cycle", "step"}
+    ticked = teach.tick(ctx, reply["id"], n - 1, True)
+    assert ticked["cycle"] == n and not ticked["playing"]
+    assert ticked["timer"].active is False and ticked["play"].value == teach.PLAY
     paused = teach.tick(ctx, reply["id"], 3, False)  # a tick that arrives after Pause changes nothing
-    assert paused[0] == paused[1] == paused[2] == paused[4] == gr_skip() and paused[3].active is False
-    assert teach.toggle_play(ctx, reply["id"], 3, True, 1.0)[0] is False  # pause
+    assert set(paused) == {"timer"} and paused["timer"].active is False
+    assert teach.toggle_play(ctx, reply["id"], 3, True, 1.0)["playing"] is False  # pause
     # an older session's reply can be picked; an unknown one falls back to the default
-    assert teach.full_view(ctx, first)[1].value == ctx.store.get_messages(first)[-1]["id"]
-    assert teach.full_view(ctx, 999_999)[0].value == session_id
-
-
-def gr_skip():
-    import gradio as gr
-
-    return gr.skip()
+    assert teach.full_view(ctx, first)["reply"].value == ctx.store.get_messages(first)[-1]["id"]
+    assert teach.full_view(ctx, 999_999)["session"].value == session_id
 
 
 def test_an_empty_database_shows_a_hint_not_an_error(ctx):
     view = teach.full_view(ctx)
-    assert view[0].value is None and view[1].value is None
-    assert "chat first" in view[3]
+    assert view["session"].value is None and view["reply"].value is None
+    assert "chat first" in view["step"]
 
 
 # ============================================================================ comparison
@@ -196,7 +192,7 @@ def test_an_empty_database_shows_a_hint_not_an_error(ctx):
 def test_compare_reports_identical_output_and_the_speedup(ctx, engine):
     _, reply = chat(ctx, engine, "fib", FakeReply(accept=(5, 2, 7), fallback_at={}))
     updates = list(teach.compare(ctx, reply["id"]))
-    html, chart = updates[-1]
+    html, chart = updates[-1]["compare_result"], updates[-1]["compare_chart"]
     assert 'data-identical="true"' in html and "identical" in html and 'id="compare-speedup"' in html
     assert {trace.name for trace in chart.data} == {"plain decoding", "DFlash (re-run now)", "stored reply"}
     warm_plain, warm_dflash, plain_call, dflash_call = engine.calls[-4:]
@@ -210,7 +206,7 @@ def test_compare_reports_a_difference_and_explains_it_at_temperature_above_zero(
     controls = (8, 0.7, 0.9, 256, False, True)
     _, reply = chat(ctx, engine, "fib", "one answer", controls=controls)
     engine.enqueue(*["another answer"] * 4)  # two short warm-up runs, then plain and DFlash
-    html = list(teach.compare(ctx, reply["id"]))[-1][0]
+    html = list(teach.compare(ctx, reply["id"]))[-1]["compare_result"]
     assert 'data-identical="false"' in html and "different" in html
     assert "temperature 0.7" in html and "random sample" in html
     assert engine.calls[-1]["sampling"].temperature == 0.7 and engine.calls[-1]["sampling"].top_p == 0.9
@@ -227,7 +223,7 @@ def test_stop_ends_a_running_comparison(ctx, engine):
     assert engine.running.wait(5)
     teach.stop_compare(ctx, reply["id"])
     worker.join(5)
-    assert not worker.is_alive() and "stopped" in updates[-1][0]
+    assert not worker.is_alive() and "stopped" in updates[-1]["compare_result"]
 
 
 def test_a_stopped_reply_is_compared_on_the_tokens_it_has(ctx, engine):
@@ -238,7 +234,7 @@ def test_a_stopped_reply_is_compared_on_the_tokens_it_has(ctx, engine):
     ctx.store.add_message(session_id, "user", "fib")  # the same prompt again, answered and stopped early
     stopped = ctx.store.start_reply(session_id, model=engine.name, settings=full["settings"])
     ctx.store.save_reply(stopped, content=text, cycles=cycles, status="interrupted")
-    html = list(teach.compare(ctx, stopped))[-1][0]
+    html = list(teach.compare(ctx, stopped))[-1]["compare_result"]
     produced = 1 + sum(c["tau"] for c in cycles)
     assert 'data-identical="true"' in html and f"interrupted after {produced} tokens" in html
     assert engine.calls[-1]["sampling"].max_new_tokens == produced
@@ -410,7 +406,9 @@ def test_analytics_view_export_csv_and_png(ctx, engine, tmp_path):
     from PIL import Image
 
     session_id = make_analytics_session(ctx, engine)
-    summary, over_time, histogram, positions, token_classes, table = teach.analytics_view(ctx, session_id)
+    view = teach.analytics_view(ctx, session_id)
+    summary, over_time, histogram, positions, token_classes, table = (view[name] for name in (
+        "summary", "tau_time", "tau_hist", "position", "token_classes", "table"))
     assert 'data-kind="code"' in summary and 'data-kind="prose"' in summary
     assert len(table) == 5 and [row[1] for row in table] == ["code", "prose", "code", "prose", "code"]
     assert {trace.name for trace in histogram.data} == {"code", "prose"}

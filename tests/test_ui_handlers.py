@@ -33,7 +33,7 @@ def ctx(engine):
 
 def send(ctx, text, session_id=None, controls=CONTROLS):
     out = h.submit_prompt(ctx, session_id, text, *controls)
-    return out[0], out
+    return out["session"], out
 
 
 def run(ctx, session_id, controls=CONTROLS):
@@ -42,7 +42,7 @@ def run(ctx, session_id, controls=CONTROLS):
 
 def reply_cycles(updates) -> int:
     """Cycles drawn in the last acceptance chart."""
-    figures = [u[4] for u in updates if hasattr(u[4], "plot")]
+    figures = [u["acceptance_chart"] for u in updates if "acceptance_chart" in u]
     return len(json.loads(figures[-1].plot)["data"][0]["x"])
 
 
@@ -54,9 +54,9 @@ def test_the_user_message_is_committed_before_generation_and_the_reply_streams_i
     engine.enqueue(FakeReply("def add(a, b):\n    return a + b\n", accept=(2, 5, 0, 3)))
     session_id, out = send(ctx, "write add()")
     assert messages(ctx, session_id) == [("user", "complete", "write add()")]  # stored, no reply yet
-    assert out[4] == "" and out[2][-1] == {"role": "assistant", "content": "…"}  # input cleared, pending bubble
+    assert out["chat_input"] == "" and out["chat"][-1] == {"role": "assistant", "content": "…"}  # pending bubble
     updates = run(ctx, session_id)
-    chat, ids, token_view, stats = updates[-1][:4]
+    chat, ids, token_view = updates[-1]["chat"], updates[-1]["msg_ids"], updates[-1]["token_view"]
     assert messages(ctx, session_id)[-1] == ("assistant", "complete", "def add(a, b):\n    return a + b\n")
     reply = ctx.store.get_messages(session_id)[-1]
     assert reply["finish_reason"] == "stop" and reply["new_tokens"] > 0 and reply["mean_tau"] > 1
@@ -71,7 +71,7 @@ def test_replies_stream_once_per_cycle_when_cycles_are_slow(ctx, engine):
     engine.delay_s = 0.06
     engine.enqueue(FakeReply("a b c d e f g h i j", accept=(1,)))
     session_id, _ = send(ctx, "go")
-    views = [u[2] for u in run(ctx, session_id) if isinstance(u[2], str)]
+    views = [u["token_view"] for u in run(ctx, session_id) if "token_view" in u]
     counts = [v.count('class="tok"') for v in views]
     assert len(set(counts)) >= 4 and counts == sorted(counts)  # the view grows block by block
 
@@ -109,13 +109,13 @@ def test_stop_ends_within_one_cycle_and_keeps_the_partial_reply(ctx, engine):
     reply = ctx.store.get_messages(session_id)[-1]
     assert reply["status"] == "interrupted" and reply["finish_reason"] == "cancelled"
     assert 0 < len(reply["content"]) < len(" ".join(["tok"] * 400))
-    assert "stopped" in updates[-1][0][-1]["content"]
+    assert "stopped" in updates[-1]["chat"][-1]["content"]
 
 
 def test_an_engine_error_ends_the_reply_visibly_and_keeps_the_text(ctx, engine):
     engine.enqueue(FakeReply("a b c d e f g h i j k l m n", accept=(1,), fail_after=2, failure="CUDA fell over"))
     session_id, _ = send(ctx, "x")
-    chat = run(ctx, session_id)[-1][0]
+    chat = run(ctx, session_id)[-1]["chat"]
     reply = ctx.store.get_messages(session_id)[-1]
     assert reply["status"] == "error" and reply["error"] == "CUDA fell over" and reply["content"].startswith("a b")
     assert "⚠ error: CUDA fell over" in chat[-1]["content"]
@@ -126,7 +126,7 @@ def test_regenerate_replaces_the_last_reply(ctx, engine):
     engine.enqueue("first answer", "second answer")
     session_id, _ = send(ctx, "q")
     run(ctx, session_id)
-    chat, _ = h.regenerate(ctx, session_id)
+    chat = h.regenerate(ctx, session_id)["chat"]
     assert chat[-1]["content"] == "…" and messages(ctx, session_id) == [("user", "complete", "q")]
     run(ctx, session_id)
     assert [m[2] for m in messages(ctx, session_id)] == ["q", "second answer"]
@@ -153,9 +153,9 @@ def test_editing_an_earlier_message_continues_in_a_copy_and_keeps_the_original(c
     before = messages(ctx, original)
     ids = [m["id"] for m in ctx.store.get_messages(original)]
     view = h.edit_message(ctx, original, ids, SimpleNamespace(index=0, value="Q1 &amp; more"))
-    copy = view[0]
-    assert copy != original and view[1] == copy  # the page switches to the copy
-    assert view[2][-1] == {"role": "assistant", "content": "…"} and len(view[3]) == 1
+    copy = view["session"]
+    assert copy != original and view["remembered"] == copy  # the page switches to the copy
+    assert view["chat"][-1] == {"role": "assistant", "content": "…"} and len(view["msg_ids"]) == 1
     assert messages(ctx, original) == before  # nothing typed is lost
     assert messages(ctx, copy) == [("user", "complete", "Q1 & more")]
     assert ctx.store.get_session(copy)["title"].endswith("(edited)")
@@ -173,7 +173,7 @@ def test_editing_keeps_the_replies_and_cycles_before_the_edited_message(ctx, eng
     send(ctx, "Q3", original)
     run(ctx, original)
     ids = [m["id"] for m in ctx.store.get_messages(original)]
-    copy = h.edit_message(ctx, original, ids, SimpleNamespace(index=2, value="Q2 edited"))[0]
+    copy = h.edit_message(ctx, original, ids, SimpleNamespace(index=2, value="Q2 edited"))["session"]
     kept = ctx.store.get_messages(copy)
     assert [(m["role"], m["content"]) for m in kept] == [("user", "Q1"), ("assistant", "def f():\n    pass\n"),
                                                          ("user", "Q2 edited")]
@@ -183,7 +183,7 @@ def test_editing_keeps_the_replies_and_cycles_before_the_edited_message(ctx, eng
 
 
 def test_an_edited_completion_keeps_only_the_code(ctx, engine):
-    session_id = h.submit_completion(ctx, None, "def f(x):\n", *CONTROLS)[0]
+    session_id = h.submit_completion(ctx, None, "def f(x):\n", *CONTROLS)["session"]
     run(ctx, session_id)
     ids = [m["id"] for m in ctx.store.get_messages(session_id)]
     shown = h.chat_history(ctx, session_id)[0][0]["content"]
@@ -217,12 +217,12 @@ def test_the_conversation_so_far_is_the_prompt(ctx, engine):
 def test_complete_mode_continues_the_code_as_raw_text_into_the_editor(ctx, engine):
     engine.enqueue(FakeReply("    return n > 1\n", accept=(3,)))
     out = h.submit_completion(ctx, None, "def is_prime(n):\n", *CONTROLS)
-    session_id = out[0]
+    session_id = out["session"]
     last = run(ctx, session_id)[-1]
-    assert last[-1] == "def is_prime(n):\n    return n > 1\n"  # the code editor
+    assert last["code"] == "def is_prime(n):\n    return n > 1\n"  # the code editor
     assert engine.calls[-1]["prompt_ids"] == engine.encode("def is_prime(n):\n", raw=True)
     assert [m["kind"] for m in ctx.store.get_messages(session_id)] == ["complete", "complete"]
-    assert '<span class="k">return</span>' in last[2]  # whole text lexed as code
+    assert '<span class="k">return</span>' in last["token_view"]  # whole text lexed as code
 
 
 def test_one_engine_worker_runs_one_generation_at_a_time(ctx, engine):
@@ -256,7 +256,7 @@ def test_the_page_waits_for_the_model_with_its_load_progress():
     ctx.engines.start()
     session_id, _ = send(ctx, "hello")  # the page is usable while the model loads
     updates = run(ctx, session_id)
-    waiting = [u[0][-1]["content"] for u in updates if u[0][-1]["content"].startswith("⏳")]
+    waiting = [u["chat"][-1]["content"] for u in updates if u["chat"][-1]["content"].startswith("⏳")]
     assert waiting and "loading fake-coder" in waiting[0]
     assert messages(ctx, session_id)[-1][1] == "complete"
 
@@ -270,10 +270,10 @@ def test_sessions_list_switch_rename_search_delete_and_export(ctx, engine):
     assert [title for title, _ in h.session_choices(ctx)] == ["second <topic>", "first topic"]  # most recent first
 
     view = h.on_load(ctx, None)  # a fresh page shows the latest session
-    assert view[0] == second and view[2][0]["content"] == "second &lt;topic&gt;"
+    assert view["session"] == second and view["chat"][0]["content"] == "second &lt;topic&gt;"
     view = h.on_load(ctx, first)  # ... or the one this browser showed last
-    assert view[0] == first and [r["role"] for r in view[2]] == ["user", "assistant"]
-    assert 'data-origin="bonus"' in view[6]  # the last reply's tokens
+    assert view["session"] == first and [r["role"] for r in view["chat"]] == ["user", "assistant"]
+    assert 'data-origin="bonus"' in view["token_view"]  # the last reply's tokens
 
     h.rename(ctx, first, "Renamed")
     assert ctx.store.get_session(first)["title"] == "Renamed"
@@ -286,7 +286,7 @@ def test_sessions_list_switch_rename_search_delete_and_export(ctx, engine):
 
     out = h.confirm_delete(ctx, second)
     assert [s["id"] for s in ctx.store.list_sessions()] == [first]
-    assert out[1] == first  # the page moves to the remaining session
+    assert out["session"] == first and out["confirm_row"].visible is False  # the page moves to the remaining one
 
 
 def test_delete_all_asks_with_the_count_then_empties_the_page(ctx, engine):
@@ -296,11 +296,11 @@ def test_delete_all_asks_with_the_count_then_empties_the_page(ctx, engine):
     for text in ("one", "two"):
         session_id, _ = send(ctx, text)
         run(ctx, session_id)
-    row, question = h.ask_delete_all(ctx)
+    question = h.ask_delete_all(ctx)["confirm_all_text"]
     assert "all 2 sessions" in question and "cannot be recovered" in question
     out = h.confirm_delete_all(ctx)
     assert ctx.store.count_sessions() == 0
-    assert out[1] is None and out[3] == [] and out[4] == []  # no session, empty chat
+    assert out["session"] is None and out["chat"] == [] and out["msg_ids"] == []  # no session, empty chat
 
 
 def test_settings_are_saved_with_the_session_and_restored(ctx, engine):
@@ -311,13 +311,15 @@ def test_settings_are_saved_with_the_session_and_restored(ctx, engine):
     assert {k: saved[k] for k in h.SETTING_KEYS} == {"block_size": 4, "temperature": 0.7, "top_p": 0.9,
                                                     "max_new_tokens": 128, "fallback": False, "show_rejected": False}
     view = h.select_session(ctx, session_id)
-    assert view[-6:] == (4, 0.7, 0.9, 128, False, False)
+    assert {k: view[k] for k in h.SETTING_KEYS} == {"block_size": 4, "temperature": 0.7, "top_p": 0.9,
+                                                   "max_new_tokens": 128, "fallback": False, "show_rejected": False}
     reply = ctx.store.get_messages(session_id)[-1]
     assert reply["settings"]["block_size"] == 8  # the settings each reply was generated with
 
 
 def test_picking_an_incompatible_pair_is_refused_with_the_reason(ctx, engine):
-    picker, status, _ = h.pick_model(ctx, "incompatible-pair")
+    out = h.pick_model(ctx, "incompatible-pair")
+    picker, status = out["model"], out["model_status"]
     assert ctx.engines.current_key == engine.name and ctx.engines.engine is engine
     assert "hidden size 64" in status and "fake-coder" in status
     assert picker.value == engine.name
@@ -330,7 +332,7 @@ def test_show_reply_renders_a_past_reply(ctx, engine):
     send(ctx, "b", session_id)
     run(ctx, session_id)
     ids = [m["id"] for m in ctx.store.get_messages(session_id)]
-    token_view = h.show_reply(ctx, ids, SimpleNamespace(index=1))[0]
+    token_view = h.show_reply(ctx, ids, SimpleNamespace(index=1))["token_view"]
     assert "old" in token_view and "new" not in token_view
 
 
@@ -340,7 +342,7 @@ def test_a_prompt_the_loaded_model_cannot_take_is_refused_with_a_message_and_kep
     session_id, _ = send(ctx, "word " * 40)
     with pytest.warns(UserWarning, match="context window is 16 tokens"):
         updates = run(ctx, session_id)
-    assert "Not generated" in updates[-1][2]
+    assert "Not generated" in updates[-1]["token_view"]
     assert messages(ctx, session_id) == [("user", "complete", "word " * 40)]  # the text is kept, no empty reply
 
 
@@ -355,7 +357,7 @@ def test_stop_while_queued_means_the_reply_never_starts_and_the_message_is_kept(
     updates = run(ctx, session_id)
     first.join(timeout=30)
     assert messages(ctx, session_id) == [("user", "complete", "waits in the queue")]
-    assert "stopped before generation started" in updates[-1][2]
+    assert "stopped before generation started" in updates[-1]["token_view"]
     assert len(engine.calls) == 1  # the engine never ran the stopped request
     # an earlier Stop does not block the next request
     engine.enqueue(FakeReply("fine", accept=(1,)))
@@ -374,12 +376,12 @@ def test_import_restores_an_exported_session_once_and_refuses_bad_files(ctx, eng
     assert ctx.store.count_sessions() == 0
 
     view = h.import_sessions(ctx, path)
-    restored = view[0]
+    restored = view["session"]
     assert [(m["role"], m["content"]) for m in ctx.store.get_messages(restored)] == [
         ("user", "keep me"), ("assistant", "the reply")]
     assert ctx.store.get_cycles(ctx.store.get_messages(restored)[-1]["id"])  # with its cycles
-    assert view[2][0]["content"] == "keep me"  # the page shows it
-    assert h.import_sessions(ctx, path)[0] == restored and ctx.store.count_sessions() == 1  # twice: no copy
+    assert view["chat"][0]["content"] == "keep me"  # the page shows it
+    assert h.import_sessions(ctx, path)["session"] == restored and ctx.store.count_sessions() == 1  # twice: no copy
 
     (tmp_path / "bad.json").write_text("{not json", encoding="utf-8")
     (tmp_path / "wrong.json").write_text(json.dumps({"sessions": [{"title": "no uuid"}]}), encoding="utf-8")

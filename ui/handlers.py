@@ -1,4 +1,5 @@
-"""Event handlers: plain functions of (ctx, component values) that return component values.
+"""Event handlers: plain functions of (ctx, component values) that return ``{name: value}`` for
+the components they change (names as in ``ui.layout``; ``ui.named.Outputs`` maps them).
 
 Everything shown comes from the store (sessions, messages, cycles); the browser keeps only the
 id of the session it shows. Engine work goes through ``ctx.engines.submit`` (one worker).
@@ -29,6 +30,16 @@ from .trace import ReplyTrace
 
 SETTING_KEYS = ("block_size", "temperature", "top_p", "max_new_tokens", "fallback", "show_rejected")
 TITLE_CHARS = 48
+# What each kind of event may change, by component name (the order is the Gradio API's).
+REPLY_FIGURES = ("token_view", "stats", "acceptance_chart", "tau_histogram", "position_chart")
+SESSION_VIEW = ("session", "remembered", "chat", "msg_ids", "sessions", "title", "token_view", "stats",
+                "acceptance_chart", "session_chart", "tau_histogram", "position_chart", *SETTING_KEYS)
+SENT = ("session", "remembered", "chat", "msg_ids", "chat_input", "sessions", "title")
+COMPLETED = ("session", "remembered", "chat", "msg_ids", "sessions", "title")
+STREAMED = ("chat", "msg_ids", "token_view", "stats", "acceptance_chart", "session_chart", "tau_histogram",
+            "position_chart", "code")
+MODEL_STATUS = ("model_status", "timer")
+PENDING = {"role": "assistant", "content": "…"}  # the reply bubble shown until the first block arrives
 
 
 # ============================================================================ settings
@@ -70,9 +81,10 @@ def check_settings(ctx: UIContext, settings: dict) -> tuple[SamplingConfig, Fall
     return sampling, FallbackConfig(enabled=settings["fallback"])
 
 
-def settings_outputs(ctx: UIContext, settings: dict | None) -> tuple:
+def settings_outputs(ctx: UIContext, settings: dict | None) -> dict:
+    """The setting controls: the session's settings over the defaults."""
     merged = {**default_settings(ctx), **{k: v for k, v in (settings or {}).items() if k in SETTING_KEYS}}
-    return tuple(merged[key] for key in SETTING_KEYS)
+    return {key: merged[key] for key in SETTING_KEYS}
 
 
 # ============================================================================ views
@@ -124,19 +136,26 @@ def chat_history(ctx: UIContext, session_id: int | None) -> tuple[list[dict], li
     return rows, ids
 
 
-def reply_outputs(trace: ReplyTrace | None, mode: str = "chat", model_line: str = "") -> tuple:
-    """token view, stats strip, acceptance chart, τ histogram, per-position chart."""
+def reply_outputs(trace: ReplyTrace | None, mode: str = "chat", model_line: str = "") -> dict:
+    """One reply's figures (``REPLY_FIGURES``): token view, stats strip and its three charts."""
     t = trace or ReplyTrace()
-    return (render_token_view(trace, mode), stats_html(trace, model_line), charts.plot(charts.acceptance_chart(t)),
-            charts.plot(charts.tau_histogram(t.tau_histogram())), charts.plot(charts.position_chart(t.per_position_acceptance())))
+    return {"token_view": render_token_view(trace, mode), "stats": stats_html(trace, model_line),
+            **reply_charts(t)}
+
+
+def reply_charts(trace: ReplyTrace) -> dict:
+    return {"acceptance_chart": charts.plot(charts.acceptance_chart(trace)),
+            "tau_histogram": charts.plot(charts.tau_histogram(trace.tau_histogram())),
+            "position_chart": charts.plot(charts.position_chart(trace.per_position_acceptance()))}
 
 
 def stored_trace(ctx: UIContext, message: dict) -> ReplyTrace:
     return ReplyTrace.from_stored(message["content"], ctx.store.get_cycles(message["id"]), message)
 
 
-def session_view(ctx: UIContext, session_id: int | None, query: str = "") -> tuple:
-    """Everything that changes when the page shows another session (see ``layout.VIEW``)."""
+def session_view(ctx: UIContext, session_id: int | None, query: str = "") -> dict:
+    """Everything that changes when the page shows another session (``SESSION_VIEW``; the
+    setting controls only when there is a session to take them from)."""
     session = None
     if session_id is not None:
         try:
@@ -151,14 +170,15 @@ def session_view(ctx: UIContext, session_id: int | None, query: str = "") -> tup
     trace = stored_trace(ctx, last_reply) if last_reply else None
     mode = last_reply["kind"] if last_reply else "chat"
     session_stats = ctx.store.session_stats(session_id) if session_id is not None else None
-    token_view, stats, acc, hist, pos = reply_outputs(trace, mode)
-    settings = settings_outputs(ctx, session["settings"] if session else None) if session else (gr.skip(),) * len(SETTING_KEYS)
-    return (session_id, session_id, history, ids, session_list(ctx, session_id, query),
-            session["title"] if session else "", token_view, stats, acc, charts.plot(charts.session_chart(session_stats)),
-            hist, pos, *settings)
+    view = {"session": session_id, "remembered": session_id, "chat": history, "msg_ids": ids,
+            "sessions": session_list(ctx, session_id, query), "title": session["title"] if session else "",
+            **reply_outputs(trace, mode), "session_chart": charts.plot(charts.session_chart(session_stats))}
+    if session:
+        view.update(settings_outputs(ctx, session["settings"]))
+    return view
 
 
-def on_load(ctx: UIContext, remembered: int | None) -> tuple:
+def on_load(ctx: UIContext, remembered: int | None) -> dict:
     """A fresh page: the session this browser showed last if it still exists, else the latest."""
     session_id = None
     if remembered is not None:
@@ -171,15 +191,15 @@ def on_load(ctx: UIContext, remembered: int | None) -> tuple:
         session_id = latest[0]["id"] if latest else None
     view = session_view(ctx, session_id)
     if session_id is None:  # no session yet: show the defaults
-        view = view[: -len(SETTING_KEYS)] + settings_outputs(ctx, None)
+        view.update(settings_outputs(ctx, None))
     return view
 
 
-def select_session(ctx: UIContext, session_id, query: str = "") -> tuple:
+def select_session(ctx: UIContext, session_id, query: str = "") -> dict:
     return session_view(ctx, int(session_id) if session_id is not None else None, query)
 
 
-def new_session(ctx: UIContext) -> tuple:
+def new_session(ctx: UIContext) -> dict:
     """An empty page; the session is created with the first message (titled after it)."""
     return session_view(ctx, None)
 
@@ -205,7 +225,7 @@ def ask_delete(session_id: int | None):
     return gr.Row(visible=True)
 
 
-def confirm_delete(ctx: UIContext, session_id: int | None) -> tuple:
+def confirm_delete(ctx: UIContext, session_id: int | None) -> dict:
     if session_id is not None:
         ctx.cancel(session_id)
         try:
@@ -213,22 +233,23 @@ def confirm_delete(ctx: UIContext, session_id: int | None) -> tuple:
         except STORE_ERRORS as exc:
             raise gr.Error(f"Cannot delete: {exc}") from None
     latest = ctx.store.list_sessions(limit=1)
-    return (gr.Row(visible=False), *session_view(ctx, latest[0]["id"] if latest else None))
+    return {"confirm_row": gr.Row(visible=False), **session_view(ctx, latest[0]["id"] if latest else None)}
 
 
 def cancel_delete():
     return gr.Row(visible=False)
 
 
-def ask_delete_all(ctx: UIContext) -> tuple:
+def ask_delete_all(ctx: UIContext) -> dict:
     count = ctx.store.count_sessions()
     if count == 0:
         raise gr.Error("There are no sessions to delete.")
-    return gr.Row(visible=True), (f"Delete **all {count} session{'s' * (count != 1)}** and their messages? "
-                                  "They cannot be recovered: *Export* first to keep a copy.")
+    return {"confirm_all_row": gr.Row(visible=True),
+            "confirm_all_text": (f"Delete **all {count} session{'s' * (count != 1)}** and their messages? "
+                                 "They cannot be recovered: *Export* first to keep a copy.")}
 
 
-def confirm_delete_all(ctx: UIContext) -> tuple:
+def confirm_delete_all(ctx: UIContext) -> dict:
     """Every session goes, unrecoverably (the store overwrites the deleted text); running replies stop."""
     for session in ctx.store.list_sessions(limit=None):
         ctx.cancel(session["id"])
@@ -237,7 +258,7 @@ def confirm_delete_all(ctx: UIContext) -> tuple:
     except STORE_ERRORS as exc:
         raise gr.Error(f"Cannot delete: {exc}") from None
     gr.Info(f"Deleted {count} session{'s' * (count != 1)}.")
-    return (gr.Row(visible=False), *session_view(ctx, None))
+    return {"confirm_all_row": gr.Row(visible=False), **session_view(ctx, None)}
 
 
 def export(ctx: UIContext, session_id: int | None):
@@ -251,7 +272,7 @@ def export(ctx: UIContext, session_id: int | None):
     return gr.File(value=str(path), visible=True)
 
 
-def import_sessions(ctx: UIContext, upload) -> tuple:
+def import_sessions(ctx: UIContext, upload) -> dict:
     """Import an export file (one session or all): checked whole first, so a bad file writes
     nothing; sessions already here are kept as they are. Shows the first imported session."""
     if upload is None:
@@ -286,17 +307,17 @@ def save_settings(ctx: UIContext, session_id: int | None, block_size, temperatur
         pass  # the session was deleted meanwhile: nothing to save it into
 
 
-def show_reply(ctx: UIContext, message_ids: list[int], evt: gr.SelectData) -> tuple:
-    """Clicking a reply in the chat shows its tokens and figures."""
+def show_reply(ctx: UIContext, message_ids: list[int], evt: gr.SelectData) -> dict:
+    """Clicking a reply in the chat shows its tokens and figures (``REPLY_FIGURES``)."""
     index = evt.index if isinstance(evt.index, int) else evt.index[0]
     if not message_ids or not 0 <= index < len(message_ids):
-        return (gr.skip(),) * 5
+        return {}
     try:
         message = ctx.store.get_message(message_ids[index])
     except STORE_ERRORS:
-        return (gr.skip(),) * 5
+        return {}
     if message["role"] != "assistant":
-        return (gr.skip(),) * 5
+        return {}
     return reply_outputs(stored_trace(ctx, message), message["kind"])
 
 
@@ -339,8 +360,8 @@ def _store_prompt(ctx: UIContext, session_id: int | None, text: str, kind: str, 
     return session_id
 
 
-def submit_prompt(ctx: UIContext, session_id: int | None, text: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> tuple:
-    """Store the user's message (committed before generation starts) and show it."""
+def submit_prompt(ctx: UIContext, session_id: int | None, text: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
+    """Store the user's message (committed before generation starts) and show it (``SENT``)."""
     text = text or ""
     if not text.strip():
         raise gr.Error("Type a message first.")
@@ -349,13 +370,18 @@ def submit_prompt(ctx: UIContext, session_id: int | None, text: str, block_size,
     history = _chat_prompt(ctx.store.get_messages(session_id)) if session_id is not None else []
     _check_prompt_fits(ctx, history + [{"role": "user", "content": text}], False, sampling)
     session_id = _store_prompt(ctx, session_id, text, "chat", settings)
+    view = _stored_prompt_view(ctx, session_id)
+    return {**view, "chat": view["chat"] + [PENDING], "chat_input": ""}
+
+
+def _stored_prompt_view(ctx: UIContext, session_id: int) -> dict:
+    """The session, its chat, its place in the list (``COMPLETED``)."""
     rows, ids = chat_history(ctx, session_id)
-    rows.append({"role": "assistant", "content": "…"})
-    title = ctx.store.get_session(session_id)["title"]
-    return session_id, session_id, rows, ids, "", session_list(ctx, session_id), title
+    return {"session": session_id, "remembered": session_id, "chat": rows, "msg_ids": ids,
+            "sessions": session_list(ctx, session_id), "title": ctx.store.get_session(session_id)["title"]}
 
 
-def submit_completion(ctx: UIContext, session_id: int | None, code: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> tuple:
+def submit_completion(ctx: UIContext, session_id: int | None, code: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
     """Complete mode: store the code as a 'complete' prompt; the model continues it as raw text."""
     code = code or ""
     if not code.strip():
@@ -364,9 +390,7 @@ def submit_completion(ctx: UIContext, session_id: int | None, code: str, block_s
     sampling, _ = check_settings(ctx, settings)
     _check_prompt_fits(ctx, code, True, sampling)
     session_id = _store_prompt(ctx, session_id, code, "complete", settings)
-    rows, ids = chat_history(ctx, session_id)
-    title = ctx.store.get_session(session_id)["title"]
-    return session_id, session_id, rows, ids, session_list(ctx, session_id), title
+    return _stored_prompt_view(ctx, session_id)
 
 
 def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected):
@@ -397,30 +421,25 @@ def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top
         trace = update.trace
         if update.status == "refused":
             gr.Warning(f"Not generated: {update.note}")
-            yield (base_rows, base_ids, render_token_view(None, mode, placeholder=f"Not generated: {update.note}"),
-                   gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip())
+            yield {"chat": base_rows, "msg_ids": base_ids,
+                   "token_view": render_token_view(None, mode, placeholder=f"Not generated: {update.note}")}
             return
         if update.status == "waiting":
-            live = {"role": "assistant", "content": f"⏳ {esc(update.note)}"}
-            yield (base_rows + [live], base_ids, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip())
+            yield {"chat": base_rows + [{"role": "assistant", "content": f"⏳ {esc(update.note)}"}], "msg_ids": base_ids}
             continue
-        status = "streaming" if update.status == "streaming" else update.status
-        content = assistant_markdown(trace.text, status, trace, trace.error, last["kind"])
-        rows = base_rows + [{"role": "assistant", "content": content}]
-        ids = base_ids + ([update.message_id] if update.message_id is not None else [])
+        content = assistant_markdown(trace.text, update.status, trace, trace.error, last["kind"])
+        view = {"chat": base_rows + [{"role": "assistant", "content": content}],
+                "msg_ids": base_ids + ([update.message_id] if update.message_id is not None else []),
+                "token_view": render_token_view(trace, mode), "stats": stats_html(trace)}
+        if complete:
+            view["code"] = last["content"] + trace.text
         now = time.monotonic()
-        charts_due = update.final or now - last_chart >= ctx.chart_interval_s
-        token_view = render_token_view(trace, mode)
-        stats = stats_html(trace)
-        editor = (last["content"] + trace.text) if complete else gr.skip()
-        if charts_due:
+        if update.final or now - last_chart >= ctx.chart_interval_s:  # charts at most every chart_interval_s
             last_chart = now
-            session_chart = charts.plot(charts.session_chart(ctx.store.session_stats(session_id))) if update.final else gr.skip()
-            yield (rows, ids, token_view, stats, charts.plot(charts.acceptance_chart(trace)), session_chart,
-                   charts.plot(charts.tau_histogram(trace.tau_histogram())),
-                   charts.plot(charts.position_chart(trace.per_position_acceptance())), editor)
-        else:
-            yield rows, ids, token_view, stats, gr.skip(), gr.skip(), gr.skip(), gr.skip(), editor
+            view.update(reply_charts(trace))
+            if update.final:
+                view["session_chart"] = charts.plot(charts.session_chart(ctx.store.session_stats(session_id)))
+        yield view
         if update.final and update.status == "error":
             gr.Warning(f"Generation failed: {update.note}")
 
@@ -429,7 +448,7 @@ def stop(ctx: UIContext, session_id: int | None) -> None:
     ctx.cancel(session_id)
 
 
-def regenerate(ctx: UIContext, session_id: int | None) -> tuple:
+def regenerate(ctx: UIContext, session_id: int | None) -> dict:
     """Drop the last reply so that ``respond`` answers the last user message again."""
     if session_id is None:
         raise gr.Error("No session selected.")
@@ -442,11 +461,11 @@ def regenerate(ctx: UIContext, session_id: int | None) -> tuple:
     ctx.store.delete_messages_after(session_id, users[-1]["seq"])
     ctx.mark_request(session_id)
     rows, ids = chat_history(ctx, session_id)
-    return rows + [{"role": "assistant", "content": "…"}], ids
+    return {"chat": rows + [PENDING], "msg_ids": ids}
 
 
-def edit_message(ctx: UIContext, session_id: int | None, message_ids: list[int], evt: gr.EditData) -> tuple:
-    """Edit-and-resend; returns the session view (``layout.VIEW``) with a pending reply.
+def edit_message(ctx: UIContext, session_id: int | None, message_ids: list[int], evt: gr.EditData) -> dict:
+    """Edit-and-resend; returns the session view (``SESSION_VIEW``) with a pending reply.
 
     The last user message is changed in place and answered again. An earlier one continues in a
     copy of the session up to that message (the original keeps everything after it: nothing a
@@ -477,7 +496,7 @@ def edit_message(ctx: UIContext, session_id: int | None, message_ids: list[int],
         raise gr.Error(f"Could not save the edit: {exc}") from None
     ctx.mark_request(session_id)
     view = session_view(ctx, session_id)
-    return (*view[:2], view[2] + [{"role": "assistant", "content": "…"}], *view[3:])
+    return {**view, "chat": view["chat"] + [PENDING]}
 
 
 _CODE_FENCE = re.compile(r"```[a-z]*\n(.*)\n```\s*$", re.S)
@@ -523,22 +542,22 @@ def model_status_html(ctx: UIContext) -> str:
     return f'<div class="model-status {state}" data-state="{state}">{" ".join(parts)}</div>'
 
 
-def poll_model(ctx: UIContext) -> tuple:
+def poll_model(ctx: UIContext) -> dict:
     status = ctx.engines.status()
-    return model_status_html(ctx), gr.Timer(active=status.state == "loading")
+    return {"model_status": model_status_html(ctx), "timer": gr.Timer(active=status.state == "loading")}
 
 
-def pick_model(ctx: UIContext, key: str) -> tuple:
+def pick_model(ctx: UIContext, key: str) -> dict:
     """Load another pair on the engine worker; an incompatible draft is refused with the reason
     and the current model stays."""
     if not key or key == ctx.engines.current_key and ctx.engines.status().state != "failed":
-        return gr.skip(), model_status_html(ctx), gr.Timer(active=False)
+        return {"model_status": model_status_html(ctx), "timer": gr.Timer(active=False)}
     future = ctx.engines.switch(key)
     try:
         future.result()
     except Exception as exc:  # noqa: BLE001 - shown to the user with its reason
         gr.Warning(f"Cannot use {key}: {exc}")
-        return (gr.Dropdown(choices=ctx.engines.choices(), value=ctx.engines.current_key), model_status_html(ctx),
-                gr.Timer(active=False))
+        return {"model": gr.Dropdown(choices=ctx.engines.choices(), value=ctx.engines.current_key),
+                "model_status": model_status_html(ctx), "timer": gr.Timer(active=False)}
     gr.Info(f"Model {key} loaded.")
-    return gr.skip(), model_status_html(ctx), gr.Timer(active=False)
+    return {"model_status": model_status_html(ctx), "timer": gr.Timer(active=False)}

@@ -18,6 +18,7 @@ import gradio as gr
 
 from . import handlers as h
 from .context import UIContext
+from .named import Outputs, components_of
 from .render import render_token_view, stats_html, syntax_css
 from .teach import build_teach_tab
 
@@ -150,34 +151,40 @@ def _settings_column(ctx: UIContext, c: SimpleNamespace) -> None:
 
 
 def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
-    view = [c.session, c.remembered, c.chat, c.msg_ids, c.sessions, c.title, c.token_view, c.stats,
-            c.acceptance_chart, c.session_chart, c.tau_histogram, c.position_chart, *c.controls]
-    streamed = [c.chat, c.msg_ids, c.token_view, c.stats, c.acceptance_chart, c.session_chart,
-                c.tau_histogram, c.position_chart, c.code]
-    reply_figures = [c.token_view, c.stats, c.acceptance_chart, c.tau_histogram, c.position_chart]
+    components = components_of(c)
+
+    def outputs(*names: str) -> Outputs:
+        return Outputs(components, names)
+
+    view = outputs(*h.SESSION_VIEW)
+    streamed = outputs(*h.STREAMED)
+    model_status = outputs(*h.MODEL_STATUS)
     engine_queue = {"concurrency_limit": 1, "concurrency_id": "engine"}  # one engine: others wait, see their position
 
     def then_respond(event, api_name=None):
-        return event.success(partial(h.respond, ctx), [c.session, *c.controls], streamed, api_name=api_name,
-                             api_visibility="public" if api_name else "undocumented", **engine_queue)
+        return event.success(streamed.wrap(partial(h.respond, ctx)), [c.session, *c.controls], streamed.components,
+                             api_name=api_name, api_visibility="public" if api_name else "undocumented", **engine_queue)
 
     # -- page load: restore the session this browser showed (or the latest) from the database
     def on_load(remembered):
-        return (*h.on_load(ctx, remembered), gr.Textbox(interactive=True))
+        return {**h.on_load(ctx, remembered), "chat_input": gr.Textbox(interactive=True)}
 
-    demo.load(on_load, [c.remembered], [*view, c.chat_input], api_name="load_session")
-    demo.load(partial(h.poll_model, ctx), None, [c.model_status, c.timer], api_visibility="undocumented")
-    c.timer.tick(partial(h.poll_model, ctx), None, [c.model_status, c.timer], api_visibility="undocumented")
+    loaded = outputs(*h.SESSION_VIEW, "chat_input")
+    demo.load(loaded.wrap(on_load), [c.remembered], loaded.components, api_name="load_session")
+    for trigger in (demo.load, c.timer.tick):
+        trigger(model_status.wrap(partial(h.poll_model, ctx)), None, model_status.components,
+                api_visibility="undocumented")
 
     # -- chat
-    sent = gr.on([c.chat_input.submit, c.send.click], partial(h.submit_prompt, ctx),
-                 [c.session, c.chat_input, *c.controls],
-                 [c.session, c.remembered, c.chat, c.msg_ids, c.chat_input, c.sessions, c.title], api_name="send")
-    then_respond(sent, api_name="respond")
+    sent = outputs(*h.SENT)
+    sent_event = gr.on([c.chat_input.submit, c.send.click], sent.wrap(partial(h.submit_prompt, ctx)),
+                       [c.session, c.chat_input, *c.controls], sent.components, api_name="send")
+    then_respond(sent_event, api_name="respond")
     gr.on([c.stop.click, c.complete_stop.click], partial(h.stop, ctx), [c.session], None, queue=False,
           api_name="stop")
-    regenerated = gr.on([c.regenerate.click, c.chat.retry], partial(h.regenerate, ctx), [c.session],
-                        [c.chat, c.msg_ids], api_name="regenerate")
+    pending = outputs("chat", "msg_ids")
+    regenerated = gr.on([c.regenerate.click, c.chat.retry], pending.wrap(partial(h.regenerate, ctx)), [c.session],
+                        pending.components, api_name="regenerate")
     then_respond(regenerated)
 
     def edit_message(session_id, message_ids, evt: gr.EditData):  # Gradio finds EditData by annotation
@@ -186,33 +193,44 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     def show_reply(message_ids, evt: gr.SelectData):
         return h.show_reply(ctx, message_ids, evt)
 
-    edited = c.chat.edit(edit_message, [c.session, c.msg_ids], view, api_visibility="undocumented")
+    edited = c.chat.edit(view.wrap(edit_message), [c.session, c.msg_ids], view.components, api_visibility="undocumented")
     then_respond(edited)
-    c.chat.select(show_reply, [c.msg_ids], reply_figures, api_visibility="undocumented")
+    figures = outputs(*h.REPLY_FIGURES)
+    c.chat.select(figures.wrap(show_reply), [c.msg_ids], figures.components, api_visibility="undocumented")
 
     # -- complete mode
-    completed = c.complete.click(partial(h.submit_completion, ctx), [c.session, c.code, *c.controls],
-                                 [c.session, c.remembered, c.chat, c.msg_ids, c.sessions, c.title], api_name="complete")
-    then_respond(completed)
-
-    # -- sessions
-    c.sessions.input(partial(h.select_session, ctx), [c.sessions, c.search], view, api_name="select_session")
-    c.new_session.click(partial(h.new_session, ctx), None, view, api_name="new_session")
-    c.search.change(partial(h.search, ctx), [c.search, c.session], c.sessions, api_name="search_sessions")
-    gr.on([c.rename.click, c.title.submit], partial(h.rename, ctx), [c.session, c.title, c.search], c.sessions,
-          api_name="rename_session")
-    c.delete.click(h.ask_delete, [c.session], c.confirm_row, api_visibility="undocumented")
-    c.confirm.click(partial(h.confirm_delete, ctx), [c.session], [c.confirm_row, *view], api_name="delete_session")
-    c.cancel.click(h.cancel_delete, None, c.confirm_row, api_visibility="undocumented")
-    c.delete_all.click(partial(h.ask_delete_all, ctx), None, [c.confirm_all_row, c.confirm_all_text],
-                       api_visibility="undocumented")
-    c.confirm_all.click(partial(h.confirm_delete_all, ctx), None, [c.confirm_all_row, *view], api_name="delete_all_sessions")
-    c.cancel_all.click(h.cancel_delete, None, c.confirm_all_row, api_visibility="undocumented")
-    c.export.click(partial(h.export, ctx), [c.session], c.export_file, api_name="export_session")
-    c.import_file.upload(partial(h.import_sessions, ctx), [c.import_file], view, api_name="import_sessions")
+    completed = outputs(*h.COMPLETED)
+    completed_event = c.complete.click(completed.wrap(partial(h.submit_completion, ctx)), [c.session, c.code, *c.controls],
+                                       completed.components, api_name="complete")
+    then_respond(completed_event)
+    _wire_sessions(ctx, c, outputs, view)
 
     # -- settings: saved with the session on every user change; show-rejected is a class toggle
     gr.on([control.input for control in c.controls], partial(h.save_settings, ctx), [c.session, *c.controls], None,
           api_visibility="undocumented")
     c.show_rejected.change(None, [c.show_rejected], None, js=SHOW_REJECTED_JS)
-    c.model.input(partial(h.pick_model, ctx), [c.model], [c.model, c.model_status, c.timer], api_name="pick_model")
+    picked = outputs("model", *h.MODEL_STATUS)
+    c.model.input(picked.wrap(partial(h.pick_model, ctx)), [c.model], picked.components, api_name="pick_model")
+
+
+def _wire_sessions(ctx: UIContext, c: SimpleNamespace, outputs, view: Outputs) -> None:
+    c.sessions.input(view.wrap(partial(h.select_session, ctx)), [c.sessions, c.search], view.components,
+                     api_name="select_session")
+    c.new_session.click(view.wrap(partial(h.new_session, ctx)), None, view.components, api_name="new_session")
+    c.search.change(partial(h.search, ctx), [c.search, c.session], c.sessions, api_name="search_sessions")
+    gr.on([c.rename.click, c.title.submit], partial(h.rename, ctx), [c.session, c.title, c.search], c.sessions,
+          api_name="rename_session")
+    c.delete.click(h.ask_delete, [c.session], c.confirm_row, api_visibility="undocumented")
+    deleted = outputs("confirm_row", *h.SESSION_VIEW)
+    c.confirm.click(deleted.wrap(partial(h.confirm_delete, ctx)), [c.session], deleted.components,
+                    api_name="delete_session")
+    c.cancel.click(h.cancel_delete, None, c.confirm_row, api_visibility="undocumented")
+    asked = outputs("confirm_all_row", "confirm_all_text")
+    c.delete_all.click(asked.wrap(partial(h.ask_delete_all, ctx)), None, asked.components, api_visibility="undocumented")
+    all_deleted = outputs("confirm_all_row", *h.SESSION_VIEW)
+    c.confirm_all.click(all_deleted.wrap(partial(h.confirm_delete_all, ctx)), None, all_deleted.components,
+                        api_name="delete_all_sessions")
+    c.cancel_all.click(h.cancel_delete, None, c.confirm_all_row, api_visibility="undocumented")
+    c.export.click(partial(h.export, ctx), [c.session], c.export_file, api_name="export_session")
+    c.import_file.upload(view.wrap(partial(h.import_sessions, ctx)), [c.import_file], view.components,
+                         api_name="import_sessions")

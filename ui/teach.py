@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 
 from . import analytics as an
 from .context import STORE_ERRORS, UIContext
+from .named import Outputs
 from .render import esc
 from .teach_compare import Comparison, run_comparison, sampling_from_settings, stored_run
 from .teach_render import TEACH_CSS, compare_html, explainer_html, step_html
@@ -30,6 +31,12 @@ from .teach_steps import TeachStep, build_steps, reply_numbers, reply_prompt
 
 SPEEDS = (0.25, 4.0)  # cycles per second
 PLAY, PAUSE = "▶ Play", "❚❚ Pause"
+# Every component the tab's handlers change, by name (the order is the Gradio API's).
+FULL_VIEW = ("session", "reply", "cycle", "step", "explainer", "compare_result", "compare_chart", "summary",
+             "tau_time", "tau_hist", "position", "token_classes", "table", "files", "playing", "timer", "play")
+REPLY_VIEW = ("cycle", "step", "explainer", "compare_result", "compare_chart")
+PLAYBACK = ("cycle", "step", "playing", "timer", "play")
+COMPARISON = ("compare_result", "compare_chart")
 ENGINE_QUEUE = {"concurrency_limit": 1, "concurrency_id": "engine"}  # the chat's engine queue: one at a time
 
 
@@ -102,14 +109,14 @@ def step_view(ctx: UIContext, message_id, k) -> str:
     return step_html(steps[_clamp(k, len(steps)) - 1])
 
 
-def move(ctx: UIContext, message_id, k, delta: int) -> tuple:
+def move(ctx: UIContext, message_id, k, delta: int) -> dict:
     """Prev / Next: the new cycle number and its view."""
     steps = load_steps(ctx, message_id)
     k = _clamp(_clamp(k, len(steps)) + delta, len(steps))
-    return k, step_html(steps[k - 1]) if steps else step_html(None)
+    return {"cycle": k, "step": step_html(steps[k - 1]) if steps else step_html(None)}
 
 
-def toggle_play(ctx: UIContext, message_id, k, playing: bool, speed) -> tuple:
+def toggle_play(ctx: UIContext, message_id, k, playing: bool, speed) -> dict:
     """Play / Pause. Playing from the last cycle starts again at the first."""
     steps = load_steps(ctx, message_id)
     playing = not playing and len(steps) > 1
@@ -118,19 +125,27 @@ def toggle_play(ctx: UIContext, message_id, k, playing: bool, speed) -> tuple:
     if restart:
         k = 1
     interval = 1.0 / max(SPEEDS[0], min(SPEEDS[1], float(speed or 1.0)))
-    return (playing, gr.Timer(value=interval, active=playing), gr.Button(PAUSE if playing else PLAY),
-            k if restart else gr.skip(), step_html(steps[0]) if restart else gr.skip())
+    view = {"playing": playing, "timer": gr.Timer(value=interval, active=playing),
+            "play": gr.Button(PAUSE if playing else PLAY)}
+    if restart:
+        view.update(cycle=k, step=step_html(steps[0]))
+    return view
 
 
-def tick(ctx: UIContext, message_id, k, playing: bool) -> tuple:
+def tick(ctx: UIContext, message_id, k, playing: bool) -> dict:
     """One Play step: the next cycle; at the last one, stop."""
     steps = load_steps(ctx, message_id)
     if not playing or not steps:  # paused meanwhile: leave everything as Pause set it
-        return gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False), gr.skip()
+        return {"timer": gr.Timer(active=False)}
     k = _clamp(_clamp(k, len(steps)) + 1, len(steps))
+    view = {"cycle": k, "step": step_html(steps[k - 1])}
     if k >= len(steps):
-        return k, step_html(steps[k - 1]), False, gr.Timer(active=False), gr.Button(PLAY)
-    return k, step_html(steps[k - 1]), gr.skip(), gr.skip(), gr.skip()
+        view.update(playing=False, timer=gr.Timer(active=False), play=gr.Button(PLAY))
+    return view
+
+
+def stopped_playback() -> dict:
+    return {"playing": False, "timer": gr.Timer(active=False), "play": gr.Button(PLAY)}
 
 
 def set_speed(speed, playing: bool):
@@ -141,27 +156,34 @@ def set_speed(speed, playing: bool):
 # ============================================================================ whole view
 
 
-def reply_view(ctx: UIContext, message_id) -> tuple:
+def reply_view(ctx: UIContext, message_id) -> dict:
     """What changes with the reply: cycle slider, step, explainer, comparison (cleared)."""
     steps = load_steps(ctx, message_id)
     n = len(steps)
     slider = gr.Slider(minimum=1, maximum=max(n, 2), value=1, step=1, interactive=n > 1,
                        label=f"Cycle (of {n})" if n else "Cycle (no stored cycles)")
     note = "This reply has no stored cycles to replay." if message_id is not None else "No reply to replay yet: chat first."
-    return (slider, step_html(steps[0]) if steps else step_html(None, note),
-            explainer_html(reply_numbers(steps) if steps else None), compare_html(None), None)
+    return {"cycle": slider, "step": step_html(steps[0]) if steps else step_html(None, note),
+            "explainer": explainer_html(reply_numbers(steps) if steps else None),
+            "compare_result": compare_html(None), "compare_chart": None}
 
 
-def analytics_view(ctx: UIContext, session_id) -> tuple:
+def _empty_analytics(note: str) -> dict:
+    return {"summary": f'<div id="analytics-empty">{note}</div>', "tau_time": None, "tau_hist": None,
+            "position": None, "token_classes": None, "table": []}
+
+
+def analytics_view(ctx: UIContext, session_id) -> dict:
     """Summary, four charts and the table of a session's replies."""
     if session_id is None:
-        return ('<div id="analytics-empty">No session yet.</div>', None, None, None, None, [])
+        return _empty_analytics("No session yet.")
     try:
         data = an.session_analytics(ctx.store, int(session_id))
     except STORE_ERRORS:
-        return ('<div id="analytics-empty">That session no longer exists.</div>', None, None, None, None, [])
-    return (analytics_summary_html(data), an.tau_over_time_chart(data), an.tau_histogram_chart(data),
-            an.position_chart(data), an.token_class_chart(data), an.table_rows(data))
+        return _empty_analytics("That session no longer exists.")
+    return {"summary": analytics_summary_html(data), "tau_time": an.tau_over_time_chart(data),
+            "tau_hist": an.tau_histogram_chart(data), "position": an.position_chart(data),
+            "token_classes": an.token_class_chart(data), "table": an.table_rows(data)}
 
 
 def analytics_summary_html(data: an.SessionAnalytics) -> str:
@@ -193,7 +215,7 @@ def analytics_summary_html(data: an.SessionAnalytics) -> str:
             '(Complete-mode replies are code).</p>')
 
 
-def full_view(ctx: UIContext, session_id=None, message_id=None) -> tuple:
+def full_view(ctx: UIContext, session_id=None, message_id=None) -> dict:
     """Sessions, replies, the replay of the chosen reply and the analytics of its session.
     Defaults: the most recently updated session and its latest reply with cycles."""
     sessions = session_choices(ctx)
@@ -207,9 +229,10 @@ def full_view(ctx: UIContext, session_id=None, message_id=None) -> tuple:
     replies = reply_choices(ctx, session_id)
     if message_id not in [v for _, v in replies]:
         message_id = default_reply(ctx, session_id)
-    return (gr.Dropdown(choices=sessions, value=session_id), gr.Dropdown(choices=replies, value=message_id),
-            *reply_view(ctx, message_id), *analytics_view(ctx, session_id), gr.File(value=None, visible=False),
-            False, gr.Timer(active=False), gr.Button(PLAY))
+    return {"session": gr.Dropdown(choices=sessions, value=session_id),
+            "reply": gr.Dropdown(choices=replies, value=message_id),
+            **reply_view(ctx, message_id), **analytics_view(ctx, session_id), **stopped_playback(),
+            "files": gr.File(value=None, visible=False)}
 
 
 def export_analytics(ctx: UIContext, session_id):
@@ -262,7 +285,7 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
         raise gr.Error(f"Cannot compare: the reply's settings are invalid ({exc})") from None
     if ctx.engines.engine is None and ctx.engines.status().state != "loading":
         raise gr.Error("No model is loaded (see the model status).")
-    yield compare_html(None, "Running plain decoding, then DFlash, on the engine worker… (Stop ends it)"), gr.skip()
+    yield {"compare_result": compare_html(None, "Running plain decoding, then DFlash, on the engine worker… (Stop ends it)")}
     session_id = message["session_id"]
     cancel = ctx.new_cancel(session_id)  # the chat's Stop (and #compare-stop) end it within one cycle
 
@@ -275,12 +298,12 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
         (plain, dflash), engine_name = ctx.engines.submit(work).result()
     except Exception as exc:  # noqa: BLE001 - shown to the user with its reason
         gr.Warning(f"Comparison failed: {exc}")
-        yield compare_html(None, f"Comparison failed: {exc}"), gr.skip()
+        yield {"compare_result": compare_html(None, f"Comparison failed: {exc}")}
         return
     finally:
         ctx.forget_cancel(session_id, cancel)
     if cancel.is_set():
-        yield compare_html(None, "Comparison stopped before it finished: nothing to compare."), gr.skip()
+        yield {"compare_result": compare_html(None, "Comparison stopped before it finished: nothing to compare.")}
         return
     note = ""
     if message.get("model") and engine_name and message["model"] != engine_name:
@@ -291,7 +314,7 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
                                              f"both runs were limited to {produced} tokens."]))
     comparison = Comparison(stored_run(message, cycles), plain, dflash, float(settings.get("temperature") or 0.0),
                             note)
-    yield compare_html(comparison), timeline_chart(comparison)
+    yield {"compare_result": compare_html(comparison), "compare_chart": timeline_chart(comparison)}
 
 
 def stop_compare(ctx: UIContext, message_id) -> None:
@@ -375,34 +398,34 @@ def build_teach_tab(ctx: UIContext, demo: gr.Blocks, tab: gr.Tab | None = None,
 
 def wire(ctx: UIContext, c: dict, tab, demo) -> None:
     hidden = {"api_visibility": "undocumented"}
-    full = [c["session"], c["reply"], c["cycle"], c["step"], c["explainer"], c["compare_result"], c["compare_chart"],
-            c["summary"], c["tau_time"], c["tau_hist"], c["position"], c["token_classes"], c["table"], c["files"], c["playing"],
-            c["timer"], c["play"]]
-    reply_outputs = [c["cycle"], c["step"], c["explainer"], c["compare_result"], c["compare_chart"]]
-    latest = partial(full_view, ctx)
+    full, playback = Outputs(c, FULL_VIEW), Outputs(c, PLAYBACK)
+    replied, moved = Outputs(c, (*REPLY_VIEW, "playing", "timer", "play")), Outputs(c, ("cycle", "step"))
+    latest = full.wrap(partial(full_view, ctx))
     chat_session = c.get("chat_session")
 
     def opened(session_id=None):  # the chat's session (else the latest), its latest reply
         return full_view(ctx, session_id, None)
 
     if tab is not None:
-        tab.select(opened, [chat_session] if chat_session is not None else None, full, **hidden)
+        tab.select(full.wrap(opened), [chat_session] if chat_session is not None else None, full.components, **hidden)
     elif demo is not None:  # not inside a tab: fill it when the page loads
-        demo.load(latest, None, full, **hidden)
-    c["refresh"].click(latest, None, full, **hidden)
-    c["session"].input(lambda s: full_view(ctx, s, None), [c["session"]], full, api_name="teach_session")
-    c["reply"].input(lambda m: (*reply_view(ctx, m), False, gr.Timer(active=False), gr.Button(PLAY)),
-                     [c["reply"]], [*reply_outputs, c["playing"], c["timer"], c["play"]], api_name="teach_reply")
+        demo.load(latest, None, full.components, **hidden)
+    c["refresh"].click(latest, None, full.components, **hidden)
+    c["session"].input(full.wrap(lambda s: full_view(ctx, s, None)), [c["session"]], full.components,
+                       api_name="teach_session")
+    c["reply"].input(replied.wrap(lambda m: {**reply_view(ctx, m), **stopped_playback()}), [c["reply"]],
+                     replied.components, api_name="teach_reply")
     c["cycle"].input(partial(step_view, ctx), [c["reply"], c["cycle"]], c["step"], trigger_mode="always_last",
                      api_name="teach_step")
-    c["prev"].click(lambda m, k: move(ctx, m, k, -1), [c["reply"], c["cycle"]], [c["cycle"], c["step"]], **hidden)
-    c["next"].click(lambda m, k: move(ctx, m, k, +1), [c["reply"], c["cycle"]], [c["cycle"], c["step"]], **hidden)
-    c["play"].click(partial(toggle_play, ctx), [c["reply"], c["cycle"], c["playing"], c["speed"]],
-                    [c["playing"], c["timer"], c["play"], c["cycle"], c["step"]], **hidden)
-    c["timer"].tick(partial(tick, ctx), [c["reply"], c["cycle"], c["playing"]],
-                    [c["cycle"], c["step"], c["playing"], c["timer"], c["play"]], **hidden)
+    for button, delta in ((c["prev"], -1), (c["next"], +1)):
+        button.click(moved.wrap(partial(move, ctx, delta=delta)), [c["reply"], c["cycle"]], moved.components, **hidden)
+    c["play"].click(playback.wrap(partial(toggle_play, ctx)), [c["reply"], c["cycle"], c["playing"], c["speed"]],
+                    playback.components, **hidden)
+    c["timer"].tick(playback.wrap(partial(tick, ctx)), [c["reply"], c["cycle"], c["playing"]], playback.components,
+                    **hidden)
     c["speed"].input(set_speed, [c["speed"], c["playing"]], c["timer"], **hidden)
-    c["compare"].click(partial(compare, ctx), [c["reply"]], [c["compare_result"], c["compare_chart"]],
+    comparison = Outputs(c, COMPARISON)
+    c["compare"].click(comparison.wrap(partial(compare, ctx)), [c["reply"]], comparison.components,
                        api_name="compare", **ENGINE_QUEUE)
     c["compare_stop"].click(partial(stop_compare, ctx), [c["reply"]], None, queue=False, api_name="stop_compare")
     c["export"].click(partial(export_analytics, ctx), [c["session"]], c["files"], api_name="export_analytics")

@@ -1,0 +1,58 @@
+"""Named handler outputs: a handler returns ``{name: value}`` for exactly what it changes, and
+the layout, the one place that knows the components, turns that into what Gradio expects.
+
+    outputs = Outputs(components, ("chat", "token_view", "stats"))
+    button.click(outputs.wrap(handler), inputs, outputs.components)
+
+Names a handler leaves out stay as they are (``gr.skip()``); a name the event does not list is
+a programming error and raises at once. The wire format stays positional in ``names`` order, so
+the Gradio API (``gradio_client``) sees the same outputs as before.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import gradio as gr
+
+
+class Outputs:
+    """The outputs of one event, by name, in the order Gradio (and its API) sees them."""
+
+    def __init__(self, components: Mapping[str, Any], names: Sequence[str]):
+        missing = [name for name in names if name not in components]
+        if missing:
+            raise KeyError(f"no component named {missing}")
+        self.names = tuple(names)
+        self.components = [components[name] for name in self.names]
+
+    def positional(self, values: Mapping[str, Any]) -> Any:
+        """``{name: value}`` -> the values in ``names`` order, ``gr.skip()`` where not given."""
+        unknown = sorted(set(values) - set(self.names))
+        if unknown:
+            raise KeyError(f"the handler returned {unknown}, which this event does not output ({self.names})")
+        ordered = tuple(values[name] if name in values else gr.skip() for name in self.names)
+        return ordered[0] if len(ordered) == 1 else ordered
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` returning (or yielding) ``{name: value}``, as a Gradio handler. The signature
+        stays ``fn``'s (Gradio finds ``gr.EditData`` and friends by annotation)."""
+        if inspect.isgeneratorfunction(fn):
+            def handler(*args, **kwargs):
+                for values in fn(*args, **kwargs):
+                    yield self.positional(values)
+        else:
+            def handler(*args, **kwargs):
+                return self.positional(fn(*args, **kwargs))
+        functools.update_wrapper(handler, fn)
+        target = fn.func if isinstance(fn, functools.partial) else fn
+        handler.__name__ = getattr(target, "__name__", "handler")
+        return handler
+
+
+def components_of(namespace: Any) -> dict[str, Any]:
+    """The named components of a layout namespace (a ``SimpleNamespace`` or a dict)."""
+    return dict(namespace) if isinstance(namespace, Mapping) else vars(namespace)

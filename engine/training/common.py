@@ -1,5 +1,6 @@
-"""Small helpers shared by the training commands: seeding, time-budgeted cosine schedule,
-atomic checkpoints, a JSON-lines log, a progress bar and a thread governor."""
+"""Small helpers shared by the training commands: seeding, time-budgeted cosine schedule, one
+optimizer update, a training clock, atomic checkpoints, a JSON-lines log, a progress bar and a
+thread governor."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -35,6 +36,48 @@ def cosine_lr(progress: float, base_lr: float, warmup: float, min_ratio: float =
         return base_lr * max(progress / warmup, 0.02)
     t = (progress - warmup) / max(1e-9, 1.0 - warmup)
     return base_lr * (min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * t)))
+
+
+def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+    for group in opt.param_groups:
+        group["lr"] = lr
+
+
+def optimizer_update(opt: torch.optim.Optimizer, loss: torch.Tensor, parameters, grad_clip: float) -> float:
+    """Backward, clip, step; the gradient norm before clipping."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
+    opt.step()
+    return float(grad_norm)
+
+
+@dataclass
+class TrainClock:
+    """A run's steps, work done (tokens or blocks) and training seconds. Evaluation and
+    checkpoint time is not training time: ``checkpointed()`` restarts the step timer."""
+
+    step: int = 0
+    work: int = 0
+    elapsed: float = 0.0
+    last_checkpoint: float = 0.0
+    _tick: float = field(default_factory=time.time)
+
+    def advance(self, work: int) -> float:
+        """One step that did ``work``; the seconds it took."""
+        now = time.time()
+        seconds, self._tick = now - self._tick, now
+        self.step += 1
+        self.work += work
+        self.elapsed += seconds
+        return seconds
+
+    def checkpoint_due(self, minutes: float) -> bool:
+        return self.elapsed - self.last_checkpoint >= minutes * 60
+
+    def checkpointed(self) -> None:
+        self.last_checkpoint = self.elapsed
+        self._tick = time.time()
 
 
 @dataclass

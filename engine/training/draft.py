@@ -17,7 +17,7 @@ import math
 import random
 import re
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 from engine.errors import IncompatibleDraftError
 
-from .common import (Budget, JsonlLog, Progress, ThreadGovernor, cosine_lr, load_checkpoint, save_checkpoint,
-                     set_seed, set_threads, write_json)
+from .common import (Budget, JsonlLog, Progress, ThreadGovernor, TrainClock, cosine_lr, load_checkpoint,
+                     optimizer_update, save_checkpoint, set_lr, set_seed, set_threads, write_json)
 
 
 @dataclass
@@ -526,7 +526,9 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
                 prompts_file: Path | None = None, cfg: DraftTrainConfig | None = None,
                 budget: Budget | None = None, seed: int = 0, threads: int | None = None,
                 progress: bool = True, log=print) -> dict:
-    from engine.draft import DFlashDraftModel, default_target_layer_ids, load_draft, new_draft_config, save_draft
+    """Regenerate the target's own continuations (phase 1, resumable), then train a DFlash draft
+    on blocks anchored in them (phase 2); the draft is exported at every checkpoint."""
+    from engine.draft import DFlashDraftModel, load_draft, new_draft_config
 
     cfg = cfg or DraftTrainConfig()
     budget = budget or Budget(max_minutes=35)
@@ -540,24 +542,11 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
     t_start = time.time()
     target, tokenizer = load_target_and_tokenizer(target_dir, device, dtype)
     tcfg = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
-    n_target = tcfg.num_hidden_layers
     init = load_draft(cfg.init_from) if cfg.init_from else None
-    if init is not None:
-        check_init_draft(init, cfg, tcfg)
-        cfg = replace(cfg, target_layer_ids=init.target_layer_ids, mask_token_id=init.mask_token_id,
-                      intermediate_size=init.config.intermediate_size)
-    layer_ids = cfg.target_layer_ids or sorted(set(default_target_layer_ids(n_target, max(1, min(cfg.num_target_features, n_target)))))
-    if any(not (0 <= i < n_target) for i in layer_ids):
-        raise ValueError(f"target_layer_ids {layer_ids} out of range for a {n_target}-layer target")
-    mask_id = cfg.mask_token_id if cfg.mask_token_id is not None else find_mask_token_id(tokenizer, target)
-    stops = stop_ids(target, tokenizer)
+    cfg, layer_ids, mask_id = _draft_layout(cfg, init, tcfg, tokenizer, target)
     gamma = cfg.decay_gamma()
-    weights = loss_weights(cfg.block_size, gamma)
 
     # ---- phase 1: regenerate data (resumable; the time share is gen_fraction of the budget)
-    extra = []
-    if prompts_file:
-        extra = [json.loads(line) for line in Path(prompts_file).read_text().splitlines() if line.strip()]
     state = load_checkpoint(work / "checkpoint.pt")
     gen_elapsed = float(state["gen_elapsed"]) if state is not None else None
     train_pool = SequencePool.load(work / "train_sequences.pt")
@@ -565,13 +554,9 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
     if gen_elapsed is None:
         jlog.write("start", target=str(target_dir), layer_ids=layer_ids, mask_token_id=mask_id,
                    config=asdict(cfg), gamma=gamma, seed=seed, budget=asdict(budget))
-        eval_prompts = build_prompts(tokenizer, corpus, cfg.eval_sequences, cfg, seed, heldout=True)
-        fill_pool(eval_pool, work / "eval_sequences.pt", target, tokenizer, eval_prompts, cfg, stops,
-                  device, None, log, jlog, "regenerate held-out")
-        train_prompts = build_prompts(tokenizer, corpus, cfg.num_sequences, cfg, seed, heldout=False, extra=extra)
         deadline = (t_start + budget.max_minutes * 60 * cfg.gen_fraction) if budget.max_minutes else None
-        fill_pool(train_pool, work / "train_sequences.pt", target, tokenizer, train_prompts, cfg,
-                  stops, device, deadline, log, jlog, "regenerate train")
+        _regenerate(work, train_pool, eval_pool, target, tokenizer, corpus, prompts_file, cfg, seed, device,
+                    deadline, log, jlog)
         gen_elapsed = time.time() - t_start
         log(f"data: {len(train_pool)} train sequences ({train_pool.new_tokens():,} regenerated "
             f"tokens), {len(eval_pool)} held-out, {gen_elapsed / 60:.1f} min")
@@ -588,101 +573,164 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
         log(f"initialised from the draft in {cfg.init_from}")
     n_params = sum(p.numel() for p in draft.parameters())
     opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    step, blocks, elapsed = 0, 0, 0.0
+    run = _DraftRun(draft, opt, gen, target, train_pool, eval_pool, cfg, device, work, out, jlog, log,
+                    weights=loss_weights(cfg.block_size, gamma), gen_elapsed=gen_elapsed,
+                    meta={"kind": "dflash-draft", "target": str(target_dir), "params": n_params, "config": asdict(cfg),
+                          "gamma": gamma, "target_layer_ids": layer_ids, "mask_token_id": mask_id, "seed": seed})
     if state is not None and "draft" in state:
-        draft.load_state_dict(state["draft"])
-        opt.load_state_dict(state["optimizer"])
-        gen.set_state(state["generator"])
-        step, blocks, elapsed = state["step"], state["blocks"], state["elapsed"]
-        log(f"resumed draft training at step {step} ({elapsed / 60:.1f} min)")
-        jlog.write("resume", step=step, elapsed=elapsed)
+        run.resume(state)
     train_budget = Budget(max_steps=budget.max_steps, max_tokens=budget.max_tokens,
                           max_minutes=(max(0.1, budget.max_minutes - gen_elapsed / 60) if budget.max_minutes else None))
     log(f"draft: {cfg.layers} layers, {n_params / 1e6:.2f}M params, block {cfg.block_size}, "
         f"target layers {layer_ids}, mask id {mask_id}, gamma {gamma:g}")
+    run.cache_features(layer_ids, tcfg.hidden_size)
+    if state is None:  # the phase-1 marker, so that a resume skips generation
+        save_checkpoint(work / "checkpoint.pt", {"gen_elapsed": gen_elapsed})
+    run.train(train_budget, progress, threads)
+    res = run.checkpoint(final=True)
+    jlog.write("done", **res)
+    log(f"done: draft {run.clock.step} steps -> {out}")
+    return res
 
-    def checkpoint(final: bool = False) -> dict:
-        res = {"step": step, "blocks": blocks, "elapsed_min": round(elapsed / 60, 2),
-               **evaluate(draft, target, eval_pool, cfg, weights, device, eval_cache)}
-        jlog.write("eval", **res)
-        log(f"eval step {step}: held-out loss {res.get('heldout_loss')} tau~{res.get('tau_est')} "
-            f"acc {res.get('position_acc')}")
-        save_checkpoint(work / "checkpoint.pt", {
-            "draft": draft.state_dict(), "optimizer": opt.state_dict(), "generator": gen.get_state(),
-            "step": step, "blocks": blocks, "elapsed": elapsed, "gen_elapsed": gen_elapsed})
-        save_draft(draft, out)
-        write_json(out / "training_meta.json", {
-            "kind": "dflash-draft", "target": str(target_dir), "params": n_params, "config": asdict(cfg),
-            "gamma": gamma, "target_layer_ids": layer_ids, "mask_token_id": mask_id, "seed": seed,
-            "train_sequences": len(train_pool), "regenerated_tokens": train_pool.new_tokens(),
-            "generation_minutes": round(gen_elapsed / 60, 1), "steps": step, "blocks": blocks,
-            "train_minutes": round(elapsed / 60, 1), "final": final,
+
+def _draft_layout(cfg: DraftTrainConfig, init, tcfg, tokenizer, target) -> tuple[DraftTrainConfig, list[int], int]:
+    """The config (an ``init`` draft's layer ids, mask id and width win), the target layers the
+    draft reads and its mask token id."""
+    from engine.draft import default_target_layer_ids
+
+    n_target = tcfg.num_hidden_layers
+    if init is not None:
+        check_init_draft(init, cfg, tcfg)
+        cfg = replace(cfg, target_layer_ids=init.target_layer_ids, mask_token_id=init.mask_token_id,
+                      intermediate_size=init.config.intermediate_size)
+    layer_ids = cfg.target_layer_ids or sorted(set(default_target_layer_ids(n_target, max(1, min(cfg.num_target_features, n_target)))))
+    if any(not (0 <= i < n_target) for i in layer_ids):
+        raise ValueError(f"target_layer_ids {layer_ids} out of range for a {n_target}-layer target")
+    mask_id = cfg.mask_token_id if cfg.mask_token_id is not None else find_mask_token_id(tokenizer, target)
+    return cfg, layer_ids, mask_id
+
+
+def _regenerate(work: Path, train_pool: SequencePool, eval_pool: SequencePool, target, tokenizer, corpus,
+                prompts_file: Path | None, cfg: DraftTrainConfig, seed: int, device, deadline: float | None,
+                log, jlog: JsonlLog) -> None:
+    """Fill the held-out pool, then the train pool until ``deadline``, with the target's own text."""
+    stops = stop_ids(target, tokenizer)
+    extra = []
+    if prompts_file:
+        extra = [json.loads(line) for line in Path(prompts_file).read_text().splitlines() if line.strip()]
+    eval_prompts = build_prompts(tokenizer, corpus, cfg.eval_sequences, cfg, seed, heldout=True)
+    fill_pool(eval_pool, work / "eval_sequences.pt", target, tokenizer, eval_prompts, cfg, stops,
+              device, None, log, jlog, "regenerate held-out")
+    train_prompts = build_prompts(tokenizer, corpus, cfg.num_sequences, cfg, seed, heldout=False, extra=extra)
+    fill_pool(train_pool, work / "train_sequences.pt", target, tokenizer, train_prompts, cfg,
+              stops, device, deadline, log, jlog, "regenerate train")
+
+
+@dataclass
+class _DraftRun:
+    """Phase 2 of `train draft`: the draft, its optimizer, the pools and the clock; checkpoints."""
+
+    draft: torch.nn.Module
+    opt: torch.optim.Optimizer
+    gen: torch.Generator
+    target: torch.nn.Module
+    train_pool: SequencePool
+    eval_pool: SequencePool
+    cfg: DraftTrainConfig
+    device: torch.device
+    work: Path
+    out: Path
+    jlog: JsonlLog
+    log: object
+    weights: torch.Tensor
+    gen_elapsed: float
+    meta: dict  # what every export's training_meta.json starts with
+    clock: TrainClock = field(default_factory=TrainClock)
+    train_cache: FeatureCache | None = None
+    eval_cache: FeatureCache | None = None
+
+    def resume(self, state: dict) -> None:
+        self.draft.load_state_dict(state["draft"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.gen.set_state(state["generator"])
+        self.clock = TrainClock(state["step"], state["blocks"], state["elapsed"], last_checkpoint=state["elapsed"])
+        self.log(f"resumed draft training at step {self.clock.step} ({self.clock.elapsed / 60:.1f} min)")
+        self.jlog.write("resume", step=self.clock.step, elapsed=self.clock.elapsed)
+
+    def cache_features(self, layer_ids: list[int], hidden_size: int) -> None:
+        """The target is frozen: compute its features once when they fit in memory."""
+        need = FeatureCache.estimate_bytes(self.train_pool, layer_ids, hidden_size)
+        if self.cfg.cache_features_gb and need < self.cfg.cache_features_gb * 2**30:
+            self.eval_cache = FeatureCache(self.target, layer_ids, self.eval_pool, self.device, log=self.log)
+            self.train_cache = FeatureCache(self.target, layer_ids, self.train_pool, self.device, log=self.log)
+        else:
+            self.log(f"features computed online ({need / 2**30:.1f} GiB would not fit in "
+                     f"--cache-features-gb {self.cfg.cache_features_gb})")
+
+    def checkpoint(self, final: bool = False) -> dict:
+        clock = self.clock
+        res = {"step": clock.step, "blocks": clock.work, "elapsed_min": round(clock.elapsed / 60, 2),
+               **evaluate(self.draft, self.target, self.eval_pool, self.cfg, self.weights, self.device, self.eval_cache)}
+        self.jlog.write("eval", **res)
+        self.log(f"eval step {clock.step}: held-out loss {res.get('heldout_loss')} tau~{res.get('tau_est')} "
+                 f"acc {res.get('position_acc')}")
+        save_checkpoint(self.work / "checkpoint.pt", {
+            "draft": self.draft.state_dict(), "optimizer": self.opt.state_dict(), "generator": self.gen.get_state(),
+            "step": clock.step, "blocks": clock.work, "elapsed": clock.elapsed, "gen_elapsed": self.gen_elapsed})
+        from engine.draft import save_draft
+
+        save_draft(self.draft, self.out)
+        write_json(self.out / "training_meta.json", {
+            **self.meta, "train_sequences": len(self.train_pool), "regenerated_tokens": self.train_pool.new_tokens(),
+            "generation_minutes": round(self.gen_elapsed / 60, 1), "steps": clock.step, "blocks": clock.work,
+            "train_minutes": round(clock.elapsed / 60, 1), "final": final,
             **{k: v for k, v in res.items() if k in ("heldout_loss", "tau_est", "position_acc")}})
         return res
 
-    # The target is frozen: compute its features once when they fit in memory.
-    train_cache = eval_cache = None
-    need = FeatureCache.estimate_bytes(train_pool, layer_ids, tcfg.hidden_size)
-    if cfg.cache_features_gb and need < cfg.cache_features_gb * 2**30:
-        eval_cache = FeatureCache(target, layer_ids, eval_pool, device, log=log)
-        train_cache = FeatureCache(target, layer_ids, train_pool, device, log=log)
-    else:
-        log(f"features computed online ({need / 2**30:.1f} GiB would not fit in "
-            f"--cache-features-gb {cfg.cache_features_gb})")
+    def batches(self):
+        """Endless batches of pool indices: a fresh random order each pass over the pool."""
+        order, cursor = torch.randperm(len(self.train_pool), generator=self.gen).tolist(), 0
+        while True:
+            idx = []
+            while len(idx) < min(self.cfg.batch_size, len(self.train_pool)):
+                if cursor >= len(order):
+                    order, cursor = torch.randperm(len(self.train_pool), generator=self.gen).tolist(), 0
+                idx.append(order[cursor])
+                cursor += 1
+            yield idx
 
-    # Save the phase-1 marker so that a resume skips generation.
-    if state is None:
-        save_checkpoint(work / "checkpoint.pt", {"gen_elapsed": gen_elapsed})
-    bar = Progress("train draft", enabled=progress, initial=train_budget.progress(step, blocks, elapsed))
-    t_last, last_ckpt, ema = time.time(), elapsed, None
-    governor = ThreadGovernor(threads) if device.type == "cpu" else None
-    order = torch.randperm(len(train_pool), generator=gen).tolist()
-    cursor = 0
-    while True:
-        p = train_budget.progress(step, blocks, elapsed)
-        if p >= 1.0:
-            break
-        lr = cosine_lr(p, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        idx = []
-        while len(idx) < min(cfg.batch_size, len(train_pool)):
-            if cursor >= len(order):
-                order, cursor = torch.randperm(len(train_pool), generator=gen).tolist(), 0
-            idx.append(order[cursor])
-            cursor += 1
-        batch = [(train_pool.seqs[j], train_pool.prompt_lens[j]) for j in idx]
-        cached = [(train_cache.feats[j], train_cache.next_tokens[j]) for j in idx] if train_cache else None
-        loss, correct, w = draft_batch_loss(draft, target, batch, cfg, weights, gen, device, cached=cached)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(draft.parameters(), cfg.grad_clip)
-        opt.step()
-        step += 1
-        nb = int((w[..., 1] > 0).sum())
-        blocks += nb
-        now = time.time()
-        dt, t_last = now - t_last, now
-        elapsed += dt
-        lv = loss.item()
-        ema = lv if ema is None else 0.95 * ema + 0.05 * lv
-        acc, tau, _ = acceptance_stats(correct.reshape(-1, cfg.block_size), w.reshape(-1, cfg.block_size))
-        if step % 10 == 0 or step == 1:
-            jlog.write("train", step=step, loss=round(lv, 4), lr=lr, grad_norm=round(float(gnorm), 3),
-                       tau_train=round(tau, 3) if not math.isnan(tau) else None,
-                       acc1=round(acc[0], 3), blocks_s=round(nb / dt, 1),
-                       tok_s=round(nb * (cfg.block_size - 1) / dt, 1), elapsed=round(elapsed, 1),
-                       threads=torch.get_num_threads())
-        if governor is not None:
-            governor.step(nb / dt)
-        bar.update(train_budget.progress(step, blocks, elapsed), loss=f"{ema:.3f}",
-                   tau=f"{tau:.2f}", tok_s=f"{nb * (cfg.block_size - 1) / dt:.0f}")
-        if elapsed - last_ckpt >= cfg.checkpoint_minutes * 60:
-            checkpoint()
-            last_ckpt = elapsed
-            t_last = time.time()
-    bar.close()
-    res = checkpoint(final=True)
-    jlog.write("done", **res)
-    log(f"done: draft {step} steps -> {out}")
-    return res
+    def train(self, budget: Budget, progress: bool, threads: int | None) -> None:
+        cfg, clock, pool, cache = self.cfg, self.clock, self.train_pool, self.train_cache
+        bar = Progress("train draft", enabled=progress, initial=budget.progress(clock.step, clock.work, clock.elapsed))
+        clock.checkpointed()  # the clock runs from here
+        ema = None
+        governor = ThreadGovernor(threads) if self.device.type == "cpu" else None
+        batches = self.batches()
+        while (p := budget.progress(clock.step, clock.work, clock.elapsed)) < 1.0:
+            lr = cosine_lr(p, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
+            set_lr(self.opt, lr)
+            idx = next(batches)
+            batch = [(pool.seqs[j], pool.prompt_lens[j]) for j in idx]
+            cached = [(cache.feats[j], cache.next_tokens[j]) for j in idx] if cache else None
+            loss, correct, w = draft_batch_loss(self.draft, self.target, batch, cfg, self.weights, self.gen,
+                                                self.device, cached=cached)
+            gnorm = optimizer_update(self.opt, loss, self.draft.parameters(), cfg.grad_clip)
+            nb = int((w[..., 1] > 0).sum())
+            dt = clock.advance(nb)
+            lv = loss.item()
+            ema = lv if ema is None else 0.95 * ema + 0.05 * lv
+            acc, tau, _ = acceptance_stats(correct.reshape(-1, cfg.block_size), w.reshape(-1, cfg.block_size))
+            if clock.step % 10 == 0 or clock.step == 1:
+                self.jlog.write("train", step=clock.step, loss=round(lv, 4), lr=lr, grad_norm=round(gnorm, 3),
+                                tau_train=round(tau, 3) if not math.isnan(tau) else None,
+                                acc1=round(acc[0], 3), blocks_s=round(nb / dt, 1),
+                                tok_s=round(nb * (cfg.block_size - 1) / dt, 1), elapsed=round(clock.elapsed, 1),
+                                threads=torch.get_num_threads())
+            if governor is not None:
+                governor.step(nb / dt)
+            bar.update(budget.progress(clock.step, clock.work, clock.elapsed), loss=f"{ema:.3f}",
+                       tau=f"{tau:.2f}", tok_s=f"{nb * (cfg.block_size - 1) / dt:.0f}")
+            if clock.checkpoint_due(cfg.checkpoint_minutes):
+                self.checkpoint()
+                clock.checkpointed()
+        bar.close()

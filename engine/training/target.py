@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -14,8 +14,8 @@ import torch
 from engine.errors import InvalidRequestError
 from engine.features import decoder_layers
 
-from .common import (Budget, JsonlLog, Progress, ThreadGovernor, cosine_lr,
-                     load_checkpoint, save_checkpoint, set_seed, set_threads, write_json)
+from .common import (Budget, JsonlLog, Progress, ThreadGovernor, TrainClock, cosine_lr, load_checkpoint,
+                     optimizer_update, save_checkpoint, set_lr, set_seed, set_threads, write_json)
 
 
 @dataclass
@@ -277,8 +277,6 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
     ``train_from_layer``: with ``init``, train only the decoder layers from this one up and the
     final norm; below it (and the tied embedding / lm_head) the target stays bit-identical, so a
     DFlash draft that reads features from those layers keeps its inputs."""
-    from transformers import Qwen3ForCausalLM
-
     from .tokenizer import load_tokenizer
 
     out = Path(out)
@@ -289,147 +287,184 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
     gen = set_seed(seed)
     tokenizer = load_tokenizer(tokenizer_dir or init)
     jlog = JsonlLog(work / "log.jsonl")
-    ckpt_path = work / "checkpoint.pt"
-
-    data_path = work / "data.pt"
-    if data_path.exists():
-        data = torch.load(data_path, weights_only=True)
-    else:
-        t0 = time.time()
-        data = build_streams(tokenizer, corpus, seed)
-        save_checkpoint(data_path, data)
-        log("data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in data.items())
-            + f" ({time.time() - t0:.0f} s)")
+    data = _target_data(work / "data.pt", tokenizer, corpus, seed, log)
     jlog.write("data", **{k: len(v) for k, v in data.items()})
 
     torch.manual_seed(seed)
-    if init is not None:
-        model = Qwen3ForCausalLM.from_pretrained(str(init), dtype=torch.float32)
-        config = model.config
-        shape = TargetShape(layers=config.num_hidden_layers, hidden=config.hidden_size,
-                            intermediate=config.intermediate_size, heads=config.num_attention_heads,
-                            kv_heads=config.num_key_value_heads, head_dim=config.head_dim,
-                            max_positions=config.max_position_embeddings, rope_theta=shape.rope_theta)
-    else:
-        config = build_config(shape, tokenizer)
-        model = Qwen3ForCausalLM(config)
-    loop_seqs = load_loop_sequences(unlikelihood, cfg.loop_min_span) if unlikelihood else []
-    if unlikelihood:
-        marked = sum(int(m.sum()) for _, m in loop_seqs)
-        log(f"unlikelihood: {len(loop_seqs):,} looping continuations, {marked:,} repeat tokens to push down")
-        if not loop_seqs:
-            raise InvalidRequestError(f"no looping continuations in {unlikelihood}")
-    n_params = sum(p.numel() for p in model.parameters())
-    sources = {"init": str(init) if init else None, "unlikelihood": str(unlikelihood) if unlikelihood else None}
+    model, shape = _target_model(init, shape, tokenizer)
+    loop_seqs = _looping_continuations(unlikelihood, cfg.loop_min_span, log)
     if train_from_layer:
         freeze_below(model, train_from_layer)
-        log(f"training layers {train_from_layer}..{config.num_hidden_layers - 1} and the final norm only "
+        log(f"training layers {train_from_layer}..{model.config.num_hidden_layers - 1} and the final norm only "
             f"({sum(p.numel() for p in model.parameters() if p.requires_grad) / 1e6:.2f}M params)")
-    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    decay = [p for n, p in trainable if p.dim() >= 2]
-    no_decay = [p for n, p in trainable if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
-    step, tokens, elapsed = 0, 0, 0.0
-    state = load_checkpoint(ckpt_path)
-    if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        gen.set_state(state["generator"])
-        step, tokens, elapsed = state["step"], state["tokens"], state["elapsed"]
-        log(f"resumed from {ckpt_path} at step {step} ({tokens:,} tokens, {elapsed / 60:.1f} min)")
-        jlog.write("resume", step=step, tokens=tokens, elapsed=elapsed)
-    else:
+    n_params = sum(p.numel() for p in model.parameters())
+    sources = {"init": str(init) if init else None, "unlikelihood": str(unlikelihood) if unlikelihood else None}
+    run = _TargetRun(model, _adamw(model, cfg), gen, tokenizer, data, cfg, out, work / "checkpoint.pt", jlog, log,
+                     meta={"kind": "target", "params": n_params, **sources, "shape": asdict(shape),
+                           "train": asdict(cfg), "seed": seed},
+                     prompts=sample_prompts(tokenizer, corpus, cfg.samples, seed))
+    if not run.resume():
         jlog.write("start", params=n_params, shape=asdict(shape), train=asdict(cfg), seed=seed,
                    budget=asdict(budget), **sources)
     log(f"target: Qwen3ForCausalLM {n_params / 1e6:.2f}M params, {shape.layers} layers x "
-        f"hidden {shape.hidden}, vocab {config.vocab_size}")
-
-    ev_raw = eval_windows(data["raw_held"], cfg.eval_windows, cfg.seq_len)
-    ev_chat = eval_windows(data["chat_held"], cfg.eval_windows, cfg.seq_len)
-    prompts = sample_prompts(tokenizer, corpus, cfg.samples, seed)
-    n_chat = int(round(cfg.batch_size * cfg.chat_fraction))
-    if len(data["chat_train"]) == 0:
-        n_chat = 0
-
-    def evaluate(final: bool = False) -> dict:
-        res = {"step": step, "tokens": tokens, "elapsed_min": round(elapsed / 60, 2),
-               "heldout_loss_raw": round(heldout_loss(model, ev_raw), 4),
-               "heldout_loss_chat": round(heldout_loss(model, ev_chat), 4)}
-        if final or cfg.samples:
-            samples = greedy_samples(model, tokenizer, prompts, cfg.sample_tokens)
-            res["loop_fraction"] = round(sum(s["loop"] for s in samples) / max(1, len(samples)), 3)
-            jlog.write("samples", step=step, samples=samples)
-        jlog.write("eval", **res)
-        log(f"eval step {step}: held-out loss raw {res['heldout_loss_raw']:.3f} chat "
-            f"{res['heldout_loss_chat']:.3f} loops {res.get('loop_fraction')}")
-        return res
-
-    def checkpoint(final: bool = False) -> dict:
-        res = evaluate(final)
-        save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                                    "generator": gen.get_state(), "step": step,
-                                    "tokens": tokens, "elapsed": elapsed})
-        meta = {"kind": "target", "params": n_params, **sources, "shape": asdict(shape), "train": asdict(cfg),
-                "seed": seed, "steps": step, "tokens": tokens, "minutes": round(elapsed / 60, 1),
-                **{k: v for k, v in res.items() if k.startswith("heldout") or k == "loop_fraction"},
-                "data_tokens": {k: len(v) for k, v in data.items()}, "final": final}
-        export_model(model, tokenizer, out, meta)
-        return res
-
-    model.train()
-    governor = ThreadGovernor(threads)
-    bar = Progress("train target", enabled=progress,
-                   initial=budget.progress(step, tokens, elapsed))
-    t_last = time.time()
-    last_ckpt = elapsed
-    loss_ema = None
-    res = None
-    while True:
-        p = budget.progress(step, tokens, elapsed)
-        if p >= 1.0:
-            break
-        lr = cosine_lr(p, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        parts = [sample_windows(data["raw_train"], cfg.batch_size - n_chat, cfg.seq_len, gen)]
-        if n_chat:
-            parts.append(sample_windows(data["chat_train"], n_chat, cfg.seq_len, gen))
-        x = torch.cat(parts)
-        loss = mle = model(input_ids=x, labels=x).loss
-        ul = None
-        if loop_seqs:
-            picks = torch.randint(0, len(loop_seqs), (cfg.unlikelihood_batch,), generator=gen).tolist()
-            seqs, attention, penalize = sequence_batch([loop_seqs[i] for i in picks], tokenizer.pad_token_id)
-            ul = unlikelihood_loss(model(input_ids=seqs, attention_mask=attention).logits, seqs, penalize)
-            loss = mle + cfg.unlikelihood_weight * ul
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        step += 1
-        tokens += x.numel()
-        now = time.time()
-        dt, t_last = now - t_last, now
-        elapsed += dt
-        lv, ul_value = mle.item(), (None if ul is None else ul.item())
-        loss_ema = lv if loss_ema is None else 0.95 * loss_ema + 0.05 * lv
-        if step % 10 == 0 or step == 1:
-            jlog.write("train", step=step, tokens=tokens, loss=round(lv, 4), lr=lr,
-                       unlikelihood=None if ul_value is None else round(ul_value, 4),
-                       grad_norm=round(float(gnorm), 3), tok_s=round(x.numel() / dt, 1),
-                       elapsed=round(elapsed, 1), threads=governor.current)
-        extra = {} if ul_value is None else {"ul": f"{ul_value:.3f}"}
-        bar.update(budget.progress(step, tokens, elapsed), loss=f"{loss_ema:.3f}", **extra,
-                   tok_s=f"{x.numel() / dt:.0f}", lr=f"{lr:.1e}", thr=governor.current)
-        governor.step(x.numel() / dt)
-        if elapsed - last_ckpt >= cfg.checkpoint_minutes * 60:
-            res = checkpoint()
-            last_ckpt = elapsed
-            t_last = time.time()  # evaluation time is not training time
-    bar.close()
-    res = checkpoint(final=True)
+        f"hidden {shape.hidden}, vocab {model.config.vocab_size}")
+    run.train(budget, loop_seqs, progress, threads)
+    res = run.checkpoint(final=True)
     jlog.write("done", **res)
-    log(f"done: {step} steps, {tokens:,} tokens, {elapsed / 60:.1f} min -> {out}")
+    log(f"done: {run.clock.step} steps, {run.clock.work:,} tokens, {run.clock.elapsed / 60:.1f} min -> {out}")
     return res
+
+
+def _target_data(path: Path, tokenizer, corpus: Path | None, seed: int, log) -> dict:
+    """The token streams (built once, then read back on a resume)."""
+    if path.exists():
+        return torch.load(path, weights_only=True)
+    t0 = time.time()
+    data = build_streams(tokenizer, corpus, seed)
+    save_checkpoint(path, data)
+    log("data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in data.items()) + f" ({time.time() - t0:.0f} s)")
+    return data
+
+
+def _target_model(init: Path | None, shape: TargetShape, tokenizer):
+    """A new model of ``shape``, or the saved ``init`` (whose shape wins); the shape it has."""
+    from transformers import Qwen3ForCausalLM
+
+    if init is None:
+        return Qwen3ForCausalLM(build_config(shape, tokenizer)), shape
+    model = Qwen3ForCausalLM.from_pretrained(str(init), dtype=torch.float32)
+    c = model.config
+    return model, TargetShape(layers=c.num_hidden_layers, hidden=c.hidden_size, intermediate=c.intermediate_size,
+                              heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, head_dim=c.head_dim,
+                              max_positions=c.max_position_embeddings, rope_theta=shape.rope_theta)
+
+
+def _looping_continuations(unlikelihood: Path | None, min_span: int, log) -> list:
+    if not unlikelihood:
+        return []
+    loop_seqs = load_loop_sequences(unlikelihood, min_span)
+    marked = sum(int(m.sum()) for _, m in loop_seqs)
+    log(f"unlikelihood: {len(loop_seqs):,} looping continuations, {marked:,} repeat tokens to push down")
+    if not loop_seqs:
+        raise InvalidRequestError(f"no looping continuations in {unlikelihood}")
+    return loop_seqs
+
+
+def _adamw(model, cfg: TargetTrainConfig) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters; no weight decay on norms and biases."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW([{"params": [p for p in trainable if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+                              {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0}],
+                             lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+@dataclass
+class _TargetRun:
+    """One `train target` run: its model, optimizer, data and clock; evaluation and checkpoints."""
+
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    gen: torch.Generator
+    tokenizer: object
+    data: dict
+    cfg: TargetTrainConfig
+    out: Path
+    ckpt_path: Path
+    jlog: JsonlLog
+    log: object
+    meta: dict  # what every export's training_meta.json starts with
+    prompts: list
+    clock: TrainClock = field(default_factory=TrainClock)
+
+    def __post_init__(self):
+        self.ev_raw = eval_windows(self.data["raw_held"], self.cfg.eval_windows, self.cfg.seq_len)
+        self.ev_chat = eval_windows(self.data["chat_held"], self.cfg.eval_windows, self.cfg.seq_len)
+
+    def resume(self) -> bool:
+        """Continue from the work directory's checkpoint, when there is one."""
+        state = load_checkpoint(self.ckpt_path)
+        if state is None:
+            return False
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.gen.set_state(state["generator"])
+        self.clock = TrainClock(state["step"], state["tokens"], state["elapsed"], last_checkpoint=state["elapsed"])
+        self.log(f"resumed from {self.ckpt_path} at step {self.clock.step} ({self.clock.work:,} tokens, "
+                 f"{self.clock.elapsed / 60:.1f} min)")
+        self.jlog.write("resume", step=self.clock.step, tokens=self.clock.work, elapsed=self.clock.elapsed)
+        return True
+
+    def evaluate(self, final: bool = False) -> dict:
+        clock = self.clock
+        res = {"step": clock.step, "tokens": clock.work, "elapsed_min": round(clock.elapsed / 60, 2),
+               "heldout_loss_raw": round(heldout_loss(self.model, self.ev_raw), 4),
+               "heldout_loss_chat": round(heldout_loss(self.model, self.ev_chat), 4)}
+        if final or self.cfg.samples:
+            samples = greedy_samples(self.model, self.tokenizer, self.prompts, self.cfg.sample_tokens)
+            res["loop_fraction"] = round(sum(s["loop"] for s in samples) / max(1, len(samples)), 3)
+            self.jlog.write("samples", step=clock.step, samples=samples)
+        self.jlog.write("eval", **res)
+        self.log(f"eval step {clock.step}: held-out loss raw {res['heldout_loss_raw']:.3f} chat "
+                 f"{res['heldout_loss_chat']:.3f} loops {res.get('loop_fraction')}")
+        return res
+
+    def checkpoint(self, final: bool = False) -> dict:
+        res = self.evaluate(final)
+        clock = self.clock
+        save_checkpoint(self.ckpt_path, {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                                         "generator": self.gen.get_state(), "step": clock.step,
+                                         "tokens": clock.work, "elapsed": clock.elapsed})
+        meta = {**self.meta, "steps": clock.step, "tokens": clock.work, "minutes": round(clock.elapsed / 60, 1),
+                **{k: v for k, v in res.items() if k.startswith("heldout") or k == "loop_fraction"},
+                "data_tokens": {k: len(v) for k, v in self.data.items()}, "final": final}
+        export_model(self.model, self.tokenizer, self.out, meta)
+        return res
+
+    def batch(self) -> torch.Tensor:
+        """Raw source windows mixed with chat windows (``chat_fraction`` of the batch)."""
+        cfg = self.cfg
+        n_chat = int(round(cfg.batch_size * cfg.chat_fraction)) if len(self.data["chat_train"]) else 0
+        parts = [sample_windows(self.data["raw_train"], cfg.batch_size - n_chat, cfg.seq_len, self.gen)]
+        if n_chat:
+            parts.append(sample_windows(self.data["chat_train"], n_chat, cfg.seq_len, self.gen))
+        return torch.cat(parts)
+
+    def losses(self, x: torch.Tensor, loop_seqs: list):
+        """The next-token loss, the unlikelihood loss (None without looping continuations), their sum."""
+        mle = self.model(input_ids=x, labels=x).loss
+        if not loop_seqs:
+            return mle, None, mle
+        picks = torch.randint(0, len(loop_seqs), (self.cfg.unlikelihood_batch,), generator=self.gen).tolist()
+        seqs, attention, penalize = sequence_batch([loop_seqs[i] for i in picks], self.tokenizer.pad_token_id)
+        ul = unlikelihood_loss(self.model(input_ids=seqs, attention_mask=attention).logits, seqs, penalize)
+        return mle, ul, mle + self.cfg.unlikelihood_weight * ul
+
+    def train(self, budget: Budget, loop_seqs: list, progress: bool, threads: int | None) -> None:
+        cfg, clock = self.cfg, self.clock
+        self.model.train()
+        governor = ThreadGovernor(threads)
+        bar = Progress("train target", enabled=progress, initial=budget.progress(clock.step, clock.work, clock.elapsed))
+        clock.checkpointed()  # the clock runs from here
+        loss_ema = None
+        while (p := budget.progress(clock.step, clock.work, clock.elapsed)) < 1.0:
+            lr = cosine_lr(p, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
+            set_lr(self.opt, lr)
+            x = self.batch()
+            mle, ul, loss = self.losses(x, loop_seqs)
+            gnorm = optimizer_update(self.opt, loss, self.model.parameters(), cfg.grad_clip)
+            dt = clock.advance(x.numel())
+            lv, ul_value = mle.item(), (None if ul is None else ul.item())
+            loss_ema = lv if loss_ema is None else 0.95 * loss_ema + 0.05 * lv
+            if clock.step % 10 == 0 or clock.step == 1:
+                self.jlog.write("train", step=clock.step, tokens=clock.work, loss=round(lv, 4), lr=lr,
+                                unlikelihood=None if ul_value is None else round(ul_value, 4),
+                                grad_norm=round(gnorm, 3), tok_s=round(x.numel() / dt, 1),
+                                elapsed=round(clock.elapsed, 1), threads=governor.current)
+            extra = {} if ul_value is None else {"ul": f"{ul_value:.3f}"}
+            bar.update(budget.progress(clock.step, clock.work, clock.elapsed), loss=f"{loss_ema:.3f}", **extra,
+                       tok_s=f"{x.numel() / dt:.0f}", lr=f"{lr:.1e}", thr=governor.current)
+            governor.step(x.numel() / dt)
+            if clock.checkpoint_due(cfg.checkpoint_minutes):
+                self.checkpoint()
+                clock.checkpointed()
+        bar.close()

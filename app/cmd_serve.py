@@ -44,8 +44,7 @@ def _add_app_options(parser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=256, help="default reply length (default 256)")
     parser.add_argument("--block-size", type=int, help="default block size (default: the draft's)")
     parser.add_argument("--fallback", action=argparse.BooleanOptionalAction, default=True,
-                        help="start with dynamic fallback on (the default; on the embedded pair it is as fast as a "
-                             "fixed block 8 at greedy, 2.13x both, and faster at T=0.7, 0.80x vs 0.69x)")
+                        help="start with dynamic fallback on (the default; measured figures: docs/performance.md)")
     parser.add_argument("--allow-no-model", action="store_true",
                         help="start even when the model cannot load (the page says why; pick another there); "
                              "otherwise that is an error at start (exit 2)")

@@ -12,9 +12,15 @@ from engine.config import EngineConfig, SamplingConfig
 from engine.events import Finished
 from engine.loading import embedded_pair
 from engine.runtime import Engine
+from tests.needs import missing
 from tests.test_engine_reference import naive_dflash
 
-pytestmark = pytest.mark.skipif(not embedded_pair()[1].is_dir(), reason="the embedded tiny coder is not in assets/ yet")
+
+
+@pytest.fixture(autouse=True)
+def _embedded_pair_is_there():
+    if not embedded_pair()[1].is_dir():
+        missing(f"the embedded tiny coder is missing ({embedded_pair()[1]}); it ships in assets/")
 
 PROMPT = 'def read_config(path):\n    """Read a JSON config file and return it as a dict."""\n'
 

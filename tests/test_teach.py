@@ -258,7 +258,6 @@ def test_comparison_figures_are_pure():
 def test_the_plain_run_of_a_real_engine_matches_greedy_dflash(tmp_path):
     """On a tiny random pair: a stored greedy reply replays with its real slots, and the plain
     re-run (speculation off, through the same loop) is identical to it."""
-    pytest.importorskip("torch")
     from engine.config import EngineConfig, FallbackConfig, SamplingConfig
     from engine.events import Cycle, Finished, event_to_dict
     from engine.runtime import Engine

@@ -38,13 +38,6 @@ def tiny_draft(target, seed: int = 1, layers: int = 1, block_size: int = 8, slid
     return DFlashDraftModel(config).eval()
 
 
-def copy_head_draft(target, block_size: int = 8) -> DFlashDraftModel:
-    """A draft that is right most of the time: trained for a few steps would be slow, so we
-    make acceptance non-trivial by construction in tests that need accepted tokens (see
-    tests that use teacher-forced targets instead)."""
-    return tiny_draft(target, block_size=block_size)
-
-
 TEXT = (
     "def add(a, b):\n    return a + b\n\nclass Stack:\n    def push(self, item):\n        self.items.append(item)\n"
     "for i in range(10):\n    print(i, 'héllo wörld ✓ 漢字 🙂')\n" * 4

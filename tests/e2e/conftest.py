@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.needs import missing
+
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 CHROMIUM = os.environ.get("DFLASH_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -33,9 +35,12 @@ def launch(studio) -> str:
 
 @pytest.fixture(scope="session")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        missing("the playwright package is not installed (pip install -e '.[test]')")
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+        missing(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield browser

@@ -162,7 +162,6 @@ def test_the_tab_opens_on_the_session_the_chat_shows(page, fake_app):
 @pytest.fixture(scope="module")
 def real_app(tmp_path_factory):
     """The app on the embedded tiny coder when it is present, else on a tiny random pair."""
-    pytest.importorskip("torch")
     from app.config import AppConfig
     from app.wiring import build_studio
     from engine.config import EngineConfig

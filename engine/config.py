@@ -65,8 +65,11 @@ class FallbackConfig:
     reduced_block_size: int = 4
     window: int = 8  # cycles in the rolling estimate of tau per block size
     hysteresis: float = 1.20  # switch only when the expected gain is >= 20 % (acceptance is bursty)
-    probe_every: int = 4  # cycles spent below full before probing full again
-    probe_every_max: int = 32  # each probe that fails doubles the wait, up to this
-    probe_cycles: int = 4
-    min_cycles_before_switch: int = 4
+    floor: float = 0.95  # ... unless the block in use is expected slower than this x plain decoding
+    probe_every: int = 4  # fewest cycles below full before probing full again
+    probe_every_max: int = 128  # most cycles below full before the next probe
+    probe_budget: float = 0.03  # a probe's expected loss <= this share of the time waited for it
+    probe_cycles: int = 2
+    measure_plain_step: bool = True  # the second cycle is one plain step: measures the cost unit
+    min_cycles_before_switch: int = 2
     preset: str | None = None  # "code" | "math" | "agent": the seeds' fixed tau thresholds

@@ -18,18 +18,31 @@ Decision rule (``AdaptivePolicy``):
 - Expected speedup over plain decoding of block b: ``E[tau_b] / cost(b) * cost(1)``.
 - Every cycle (after ``min_cycles_before_switch`` in the current mode) pick the fastest block
   among the current one and the smaller ones; switch only if it beats the current one by the
-  factor ``config.hysteresis``.
-- After ``probe_every`` cycles below full, run ``probe_cycles`` cycles at full size with fresh
-  acceptance samples; then stay at full unless a lower mode beats it by the hysteresis (the same
-  rule as leaving full in the first place). A probe that fails doubles the wait before the next
-  one (up to ``probe_every_max``); one that keeps full resets it. Acceptance is bursty, so early
-  probes catch recoveries while the backoff bounds what probing costs when drafting does not pay.
+  factor ``config.hysteresis`` - or by any margin when the current block is expected to be
+  slower than ``config.floor`` (0.95) x plain decoding: fallback must not lose to plain.
+- After some cycles below full, run ``probe_cycles`` cycles at full size with fresh acceptance
+  samples; then stay at full unless a lower mode beats it by the hysteresis (the same rule as
+  leaving full in the first place). How long to wait is priced with the estimates of the moment
+  (re-read every cycle, so a plain step's measured cost soon replaces the prior): a probe's
+  expected loss (its cycles at full against the same tokens in the mode left for, with the
+  current estimates of tau and cost) may be at most ``probe_budget`` (3 %) of the time spent
+  waiting for it, and the wait stays within [``probe_every``, ``probe_every_max``] cycles. Near
+  break-even a probe costs almost nothing, so it comes early (acceptance is bursty: a reply often
+  opens with a few hard tokens); where drafting clearly loses (T > 0 on a small target, tau ~1.4)
+  probes are rare, which is what keeps fallback within 5 % of plain decoding (the floor).
 - With ``config.preset`` the seeds' rule replaces the comparison against full: keep full blocks
   while the rolling tau >= ``PRESET_THRESHOLDS[preset]`` (quoted for blocks of 8; scaled by B/8
   for smaller full blocks), otherwise degrade: to reduced, or straight to off when the cost model
   expects plain decoding to beat reduced by the hysteresis margin (speculation stops paying).
   Probes return to full only if the probe's tau reaches the threshold again.
 - A probe reports state "full"; a probe that confirms full is no change (changed=False).
+
+A plain step's cost is what every estimate is relative to, and the prior below misjudges it
+(on this CPU a verify of 16 costs 2.3 plain steps, not 1.5), so with ``measure_plain_step`` the
+cycle after the first one is one plain step (block 1, no mark in the UI: the decision is not a
+change of mode), unless a plain step was measured already. It yields one token at exactly plain
+decoding's cost, so it never loses to plain decoding, and costs a greedy reply at tau 5.7 about
+0.6 % against fixed blocks.
 
 Cost prior (until measurements exist): a plain step costs ``verify_ms(B) / 1.5`` where B is the
 largest block measured so far (a B-token verify is ~1.5-2.4 plain steps on CPU, so 1.5 is the
@@ -42,6 +55,7 @@ about the same at any block size). At block 1 the decode loop reports ``draft_ms
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -227,12 +241,12 @@ class AdaptivePolicy:
         self._block = self.full
         self._cycles_in_mode = 0  # cycles since the last switch (decisions wait for enough data)
         self._cycles_below_full = 0  # counts towards the next probe
-        self._probe_wait = config.probe_every  # doubles after each probe that fails, up to probe_every_max
         self._probe_left = 0  # > 0 while probing full size
+        self._measuring_plain = False  # the next cycle is one plain step (the cost model's unit)
 
     @property
     def block_size(self) -> int:
-        return self._block
+        return 1 if self._measuring_plain else self._block
 
     @property
     def state(self) -> FallbackState:
@@ -245,6 +259,17 @@ class AdaptivePolicy:
     def observe(self, block_size: int, accepted: int, draft_ms: float, verify_ms: float) -> FallbackDecision:
         _check_cycle(block_size, accepted, self.full)
         self.stats.record(block_size, accepted, draft_ms, verify_ms)
+        if self._measuring_plain:
+            self._measuring_plain = False  # the plain step is measured; back to the mode's block
+            return self._unchanged()
+        decision = self._decide(block_size)
+        if not decision.changed and self._block > 1 and self.config.measure_plain_step and 1 not in self.stats.sizes:
+            self._measuring_plain = True
+            return FallbackDecision(1, self.state, reason="one plain step, to measure what speculation competes with")
+        return decision
+
+    def _decide(self, block_size: int) -> FallbackDecision:
+        """The mode's rule after a cycle at ``block_size`` (the module docstring)."""
         if block_size != self._block:
             # The loop shrank the last block to fit max_new_tokens: the sample is kept (it is
             # exact evidence for sizes <= block_size) but it is no cycle of the current mode.
@@ -255,7 +280,7 @@ class AdaptivePolicy:
         self._cycles_in_mode += 1
         if self._block != self.full:
             self._cycles_below_full += 1
-            if self.config.probe_every > 0 and self._cycles_below_full >= self._probe_wait:
+            if self.config.probe_every > 0 and self._cycles_below_full >= self._budgeted_wait():
                 return self._start_probe()
         if self._cycles_in_mode < max(1, self.config.min_cycles_before_switch):
             return self._unchanged()
@@ -286,7 +311,10 @@ class AdaptivePolicy:
         if base not in scores:
             return base
         best = max(scores, key=lambda b: (scores[b], b == base))  # ties keep the base
-        return best if scores[best] >= self.config.hysteresis * scores[base] else base
+        # The floor: a mode expected to be slower than floor x plain decoding is left for any
+        # faster one at once; otherwise a switch must gain the hysteresis margin.
+        margin = 1.0 if scores[base] < self.config.floor else self.config.hysteresis
+        return best if scores[best] >= margin * scores[base] else base
 
     # --- probes -------------------------------------------------------------------------------
 
@@ -305,9 +333,7 @@ class AdaptivePolicy:
         target = self._pick(self.sizes, self.full)
         if target == self.full:
             self._cycles_in_mode = 0  # acceptance recovered: full again, with a fresh clock
-            self._probe_wait = self.config.probe_every
             return self._unchanged()
-        self._probe_wait = min(2 * self._probe_wait, max(self.config.probe_every, self.config.probe_every_max))
         return self._switch(target, self._reason("probe: " + self._why(self.full), target))
 
     # --- decisions ----------------------------------------------------------------------------
@@ -337,6 +363,22 @@ class AdaptivePolicy:
         self._block = target
         self._cycles_in_mode = 0
         return FallbackDecision(target, self.state, changed=True, reason=reason)
+
+    def _budgeted_wait(self) -> int:
+        """Cycles below full before the next probe: long enough that the probe's expected loss
+        (``probe_cycles`` at full, against the same tokens in the current mode) is at most
+        ``probe_budget`` of the time spent waiting; within [probe_every, probe_every_max]."""
+        config = self.config
+        low = config.probe_every
+        high = max(low, config.probe_every_max)
+        tau_full, tau_now = self.stats.tau(self.full), self.stats.tau(self._block)
+        cost_full, cost_now = self.stats.cost(self.full), self.stats.cost(self._block)
+        if config.probe_budget <= 0 or None in (tau_full, tau_now, cost_full, cost_now):
+            return low
+        ms_per_token_now = cost_now / tau_now[0]
+        loss = max(1, config.probe_cycles) * max(0.0, cost_full - tau_full[0] * ms_per_token_now)
+        wait = math.ceil(loss / (config.probe_budget * max(cost_now, _MIN_COST_MS)))
+        return int(min(high, max(low, wait)))
 
     def _unchanged(self) -> FallbackDecision:
         return FallbackDecision(self._block, self.state)

@@ -29,7 +29,8 @@ from engine.fallback import (
 
 FULL = 8
 # The scripted scenarios below use a fixed probe period (no backoff) and a 10 % margin.
-CONFIG = FallbackConfig(hysteresis=1.10, probe_every=24, probe_every_max=24)  # reduced 4, window 8, min 4
+CONFIG = FallbackConfig(hysteresis=1.10, probe_every=24, probe_every_max=24, probe_cycles=4, min_cycles_before_switch=4,
+                        measure_plain_step=False)  # reduced 4, window 8; the plain-step measurement has its own tests
 
 
 def timing(block: int) -> tuple[float, float]:
@@ -351,26 +352,41 @@ def test_a_probe_keeps_full_unless_the_lower_mode_beats_it_by_the_margin():
     assert blocks(trace)[-40:] == [8] * 40
 
 
-def test_failed_probes_back_off_and_a_successful_one_resets_the_wait():
-    p = policy(probe_every=4, probe_every_max=16, probe_cycles=2)
-    trace = drive(p, [0] * 70)
-    starts = [i for i, (_, d) in enumerate(trace) if d.changed and d.next_block_size == 8]
-    waits = [b - a - 2 for a, b in zip(starts, starts[1:])]  # cycles off between two probes
-    assert waits == [8, 16, 16][: len(waits)] and len(waits) >= 2
-    first = [d for _, d in trace if d.changed][1]
-    assert "probe after 4 cycles below full" in first.reason
-    # acceptance recovers: the probe confirms full and the next drop waits only probe_every again
-    drive(p, [7] * 40)
-    assert p.block_size == 8
-    trace = drive(p, [0] * 12)
-    probes = [d for _, d in trace if d.changed and d.next_block_size == 8]
-    assert probes and "probe after 4 cycles below full" in probes[0].reason
+def probe_waits(trace) -> list[int]:
+    """How many cycles below full each probe waited (from the decisions' reasons)."""
+    reasons = [d.reason for _, d in trace if d.changed and d.next_block_size == FULL]
+    return [int(r.split("probe after ")[1].split()[0]) for r in reasons]
 
 
-def test_default_policy_backs_off_from_short_probes():
-    config = FallbackConfig()
-    assert (config.probe_every, config.probe_every_max, config.hysteresis) == (4, 32, 1.2)
-    trace = drive(make_policy(config, FULL), [0] * 200)
-    probes = [d.reason for _, d in trace if d.changed and d.next_block_size == 8]
-    waits = [int(r.split("probe after ")[1].split()[0]) for r in probes]
-    assert waits[:4] == [4, 8, 16, 32] and set(waits[4:]) == {32}
+def test_probe_wait_keeps_a_probes_expected_loss_within_the_budget():
+    budgeted = policy(probe_every=4, probe_every_max=200, probe_cycles=2, probe_budget=0.05)
+    # drafting never pays: off, a plain step 22 ms; a 2-cycle probe at block 8 (40 ms, tau 1)
+    # loses 2 * (40 - 22) = 36 ms, which must be <= 5 % of the time waited: 36 / (0.05 * 22)
+    assert probe_waits(drive(budgeted, [0] * 120))[:2] == [33, 33]
+    # near break-even (r = 1: reduced block 4, tau 2 for 32 ms = 16 ms a token), a probe loses
+    # 2 * (40 - 2 * 16) = 16 ms: it may come after 16 / (0.05 * 32) = 10 cycles
+    near = policy(probe_every=4, probe_every_max=200, probe_cycles=2, probe_budget=0.05)
+    assert probe_waits(drive(near, [1] * 60))[:2] == [10, 10]
+    # the bounds hold, and without a budget the wait is probe_every
+    assert set(probe_waits(drive(policy(probe_every=4, probe_every_max=16, probe_cycles=2, probe_budget=0.05),
+                                 [0] * 120))) == {16}
+    assert set(probe_waits(drive(policy(probe_every=6, probe_budget=0.0), [0] * 60))) == {6}
+
+
+def test_floor_leaves_a_losing_block_without_the_hysteresis_margin():
+    # r = 0: block 8 makes a token per 40 ms against 22 for plain (0.55x). With a 2x margin the
+    # policy would keep it (off gains only 1.8x); the floor (0.95x) leaves it at once.
+    assert changes(drive(policy(hysteresis=2.0, floor=0.95), [0] * 6)) == [(8, 1)]
+    assert changes(drive(policy(hysteresis=2.0, floor=0.0), [0] * 6)) == []
+    assert FallbackConfig().floor == 0.95
+
+
+def test_one_plain_step_after_the_first_cycle_measures_the_cost_unit():
+    p = make_policy(FallbackConfig(), FULL)
+    trace = drive(p, [7] * 6)
+    assert blocks(trace) == [8, 1, 8, 8, 8, 8]
+    assert trace[0][1].next_block_size == 1 and not trace[0][1].changed and "plain step" in trace[0][1].reason
+    assert p.stats.cost(1) == 22.0  # measured, no longer the prior
+    # once a plain step is measured (here: speculation went off) there is no extra one
+    q = make_policy(FallbackConfig(measure_plain_step=False), FULL)
+    assert blocks(drive(q, [7] * 3)) == [8, 8, 8]

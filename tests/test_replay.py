@@ -4,6 +4,7 @@ block, modelled time, and the fallback policy on the shipped pair's real accepta
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,34 @@ def test_fallback_on_the_shipped_pair_keeps_up_with_fixed_blocks_and_helps_where
     hopeless = [[0] * 95 for _ in range(4)]
     result = compare(hopeless, {"fixed": block, "fallback": FallbackConfig()}, block, costs)
     assert result["fixed"]["speedup"] < 0.6 and result["fallback"]["speedup"] > 0.75
+
+
+def sampled_runs(first_slot: float, decay: float, replies: int = 25, length: int = 96, seed: int = 0):
+    """Acceptance runs like sampling at T = 0.7 on the tiny coder (slot 1 accepted ~30 % of the
+    time, each further slot less often), drawn from a seeded generator."""
+    rnd = random.Random(seed)
+    runs = []
+    for _ in range(replies):
+        reply = []
+        for _ in range(length - 1):
+            accepted, p = 0, first_slot
+            while accepted < 15 and rnd.random() < p:
+                accepted, p = accepted + 1, p * decay
+            reply.append(accepted)
+        runs.append(reply)
+    return runs
+
+
+@pytest.mark.parametrize("block", [8, 16])
+@pytest.mark.parametrize("first_slot,decay", [(0.0, 0.0), (0.3, 0.4), (0.5, 0.7)])
+def test_fallback_floor_where_drafting_does_not_pay(block, first_slot, decay):
+    """The floor: with the shipped pair's measured costs (block 16 extrapolated: a cycle of 2.5
+    plain steps), dynamic fallback stays within 5 % of plain decoding on 96-token replies where
+    drafting loses, including its first cycles at full block, its one plain-step measurement
+    and its probes."""
+    document = json.loads(RUNS.read_text())
+    costs = {int(b): tuple(c) for b, c in document["costs"].items()}
+    runs = sampled_runs(first_slot, decay)
+    result = compare(runs, {"fixed": block, "fallback": FallbackConfig()}, block, costs)
+    assert result["fixed"]["speedup"] < 0.9  # drafting really loses here
+    assert result["fallback"]["speedup"] >= 0.95

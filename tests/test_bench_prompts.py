@@ -56,3 +56,11 @@ def test_the_shipped_prompt_set_mixes_code_prefixes_and_requests():
     prompts = read_prompts(assets_dir() / "prompts" / "code.jsonl")
     assert len(prompts) == 25 and len({p.name for p in prompts}) == 25
     assert sum(p.raw for p in prompts) == 13
+
+
+def test_humaneval_prompt_set_reads_the_packages_164_problems():
+    prompts = read_prompts("humaneval")
+    assert len(prompts) == 164
+    first = prompts[0]
+    assert first.name == "HumanEval/0" and first.raw
+    assert first.prompt.startswith("from typing import List") and "def has_close_elements" in first.prompt

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.config import EngineConfig
+from engine.config import MAX_BLOCK_SIZE, EngineConfig
 from engine.errors import InvalidRequestError
 
 LOOPBACK_NAMES = ("localhost",)
@@ -79,8 +79,8 @@ class AppConfig:
             raise InvalidRequestError(f"--port must be between 1 and 65535 (got {self.port})")
         if not 1 <= self.max_new_tokens <= 32768:
             raise InvalidRequestError(f"--max-new-tokens must be between 1 and 32768 (got {self.max_new_tokens})")
-        if self.block_size is not None and not 1 <= self.block_size <= 16:
-            raise InvalidRequestError(f"--block-size must be between 1 and 16 (got {self.block_size})")
+        if self.block_size is not None and not 1 <= self.block_size <= MAX_BLOCK_SIZE:
+            raise InvalidRequestError(f"--block-size must be between 1 and {MAX_BLOCK_SIZE} (got {self.block_size})")
         if self.models_dir is not None and not Path(self.models_dir).is_dir():
             raise InvalidRequestError(f"--models-dir {self.models_dir} is not a directory")
         for name in self.allowed_hosts:

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .acceptance import AcceptanceCounts
 from .config import FallbackConfig, SamplingConfig
 from .errors import InvalidRequestError
 from .events import Cycle, Failed, Finished
@@ -101,7 +102,7 @@ class BenchResult:
     block1: PathTotals = field(default_factory=PathTotals)
     dflash: PathTotals = field(default_factory=PathTotals)
     taus: list[int] = field(default_factory=list)
-    position_hits: list[list[int]] = field(default_factory=list)  # per slot: [accepted, drafted]
+    positions: AcceptanceCounts = field(default_factory=AcceptanceCounts)
 
 
 def run_dflash(engine: Engine, prompt_ids, sampling, fallback) -> tuple[Finished, list[Cycle]]:
@@ -149,20 +150,11 @@ def bench(engine: Engine, prompts: list[BenchPrompt], sampling: SamplingConfig,
             "finish_reason": df.reason,
         }
         result.rows.append(row)
-        count_positions(result.position_hits, cycles)
+        for cycle in cycles:
+            result.positions.add(cycle.block_size, cycle.accepted, cycle.tau)
         if progress:
             progress(number, len(prompts), row)
     return summarize(result, sampling, block, engine)
-
-
-def count_positions(hits: list[list[int]], cycles: list[Cycle]) -> None:
-    """Per draft slot j: [times accepted, times drafted]."""
-    for cycle in cycles:
-        for j in range(1, cycle.block_size):
-            while len(hits) < j:
-                hits.append([0, 0])
-            hits[j - 1][1] += 1
-            hits[j - 1][0] += int(cycle.accepted >= j)
 
 
 def summarize(result: BenchResult, sampling: SamplingConfig, block: int, engine: Engine) -> dict:
@@ -171,8 +163,8 @@ def summarize(result: BenchResult, sampling: SamplingConfig, block: int, engine:
     ar = dict(ar, path="transformers generate()" if ar is hf else "dflash-studio block 1")
     dflash = dict(df,
                   mean_acceptance_length=round(sum(result.taus) / len(result.taus), 4) if result.taus else 0.0,
-                  per_position_acceptance=[round(a / d, 4) if d else 0.0 for a, d in result.position_hits],
-                  tau_histogram={str(t): result.taus.count(t) for t in range(1, block + 1)})
+                  per_position_acceptance=[round(p, 4) for p in result.positions.per_position_acceptance],
+                  tau_histogram={str(t): result.positions.tau_histogram.get(t, 0) for t in range(1, block + 1)})
     return {
         "model": engine.name, "device": engine.models.device.type, "threads": _threads(engine), "block_size": block,
         "temperature": sampling.temperature, "max_new_tokens": sampling.max_new_tokens,

@@ -21,6 +21,11 @@ class EngineConfig:
     threads: int | None = None  # CPU threads for torch; None: 1 for small models on CPU (see loading.pick_threads)
 
 
+# The largest block any engine accepts, in every edge (UI slider, CLI, API): the published DFlash
+# drafts use 8 or 16, and a verify block longer than that costs more than its drafts can win back.
+MAX_BLOCK_SIZE = 16
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """Per-request generation settings."""
@@ -36,12 +41,12 @@ class SamplingConfig:
     # Both are lossless (speculative sampling); they differ in how often drafts are accepted.
     proposal: str = "sample"
 
-    def validate(self, max_block_size: int | None = None) -> "SamplingConfig":
+    def validate(self, max_block_size: int = MAX_BLOCK_SIZE) -> "SamplingConfig":
         problems = []
         if not (1 <= self.max_new_tokens <= 32768):
             problems.append(f"max_new_tokens must be between 1 and 32768 (got {self.max_new_tokens})")
         if self.block_size is not None:
-            upper = max_block_size or 64
+            upper = min(max_block_size, MAX_BLOCK_SIZE)
             if not (1 <= self.block_size <= upper):
                 problems.append(f"block_size must be between 1 and {upper} (got {self.block_size})")
         if not (0.0 <= self.temperature <= 5.0):

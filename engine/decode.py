@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from .acceptance import AcceptanceCounts
 from .config import FallbackConfig, SamplingConfig
 from .detok import IncrementalDetokenizer
 from .draft import DFlashDraftModel
@@ -313,12 +314,7 @@ def describe_slots(drafts, draft_logits, target_logits, chosen, accepted, sampli
 
 
 def per_position_acceptance(cycles: list[Cycle], max_block: int) -> tuple[float, ...]:
-    """P(slot j accepted | slot j was drafted), j = 1..max_block-1."""
-    rates = []
-    for j in range(1, max_block):
-        drafted = [c for c in cycles if c.block_size - 1 >= j]
-        if not drafted:
-            break
-        rates.append(sum(c.accepted >= j for c in drafted) / len(drafted))
-    return tuple(rates)
+    """P(slot j accepted | slot j was drafted), j = 1..max_block-1 (``engine.acceptance``)."""
+    counts = AcceptanceCounts.of((min(c.block_size, max_block), c.accepted, c.tau) for c in cycles)
+    return tuple(counts.per_position_acceptance)
 

@@ -19,7 +19,7 @@ from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
 from .errors import CheckpointError
-from .weights import check_safetensors_file
+from .weights import check_safetensors_file, safetensors_files
 
 DRAFT_ARCHITECTURE = "DFlashDraftModel"
 
@@ -310,19 +310,6 @@ def mimo_sink_extras(raw: dict) -> list[str]:
     return found
 
 
-def draft_weight_files(directory: Path) -> list[Path]:
-    files = sorted(directory.glob("*.safetensors"))
-    if files:
-        return files
-    pickles = [p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt")] if directory.is_dir() else []
-    if pickles:
-        raise CheckpointError(
-            f"draft in {directory} has only pickle weights ({', '.join(pickles)}); "
-            "DFlash Studio loads safetensors only, never pickle"
-        )
-    raise CheckpointError(f"no model.safetensors in draft directory {directory}")
-
-
 def load_draft(directory: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> DFlashDraftModel:
     from safetensors.torch import load_file
 
@@ -331,7 +318,7 @@ def load_draft(directory: str | Path, device: str | torch.device = "cpu", dtype:
         raise CheckpointError(f"draft directory not found: {directory}")
     config = read_draft_config(directory)
     state: dict[str, torch.Tensor] = {}
-    for file in draft_weight_files(directory):
+    for file in safetensors_files(directory, "draft"):
         check_safetensors_file(file)
         try:
             state.update(load_file(str(file)))

@@ -15,7 +15,7 @@ from .config import EngineConfig
 from .draft import DFlashDraftModel, draft_setting, load_draft
 from .errors import CheckpointError, IncompatibleDraftError
 from .features import decoder_layers
-from .weights import check_weight_files, guard_logits
+from .weights import check_weight_files, guard_logits, safetensors_files
 
 ASSETS_ENV = "DFLASH_STUDIO_ASSETS"
 EMBEDDED_NAME = "tiny-coder"
@@ -91,18 +91,6 @@ def resolve(source: str, what: str) -> Path:
     return local
 
 
-def check_safetensors(directory: Path, what: str) -> None:
-    if any(directory.glob("*.safetensors")):
-        return
-    pickles = sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
-    if pickles:
-        raise CheckpointError(
-            f"{what} in {directory} has only pickle weights ({', '.join(pickles)}); "
-            "DFlash Studio loads safetensors only, never pickle"
-        )
-    raise CheckpointError(f"no *.safetensors weights in {what} directory {directory}")
-
-
 def load_target(directory: Path, device: torch.device, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -110,7 +98,7 @@ def load_target(directory: Path, device: torch.device, dtype: torch.dtype):
     hf_logging.disable_progress_bar()  # the app and the CLI report loading progress themselves
     if not (directory / "config.json").is_file():
         raise CheckpointError(f"no config.json in target directory {directory}")
-    check_safetensors(directory, "target")
+    safetensors_files(directory, "target")
     check_weight_files(directory)
     try:
         target, info = AutoModelForCausalLM.from_pretrained(

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .config import SamplingConfig
+from .config import MAX_BLOCK_SIZE, SamplingConfig
 from .errors import EmptyPromptError, PromptTooLongError
 
 Message = dict  # {"role": "user"|"assistant"|"system", "content": str}
-MAX_BLOCK_SIZE = 64
 
 
 def encode_prompt(tokenizer, prompt: str | list[Message], raw: bool = False) -> list[int]:

@@ -32,6 +32,22 @@ OOM_ADVICE = ("out of memory while generating: the reply so far is kept. Lower m
               "smaller dtype or on a bigger device")
 
 
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+
+
+def safetensors_files(directory: Path, what: str) -> list[Path]:
+    """The ``*.safetensors`` files of a checkpoint folder; a folder with only pickle weights (or
+    none) is refused: DFlash Studio never unpickles (loading a pickle can run any code)."""
+    files = sorted(directory.glob("*.safetensors")) if directory.is_dir() else []
+    if files:
+        return files
+    pickles = sorted(p.name for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES) if directory.is_dir() else []
+    if pickles:
+        raise CheckpointError(f"{what} in {directory} has only pickle weights ({', '.join(pickles)}); "
+                              "DFlash Studio loads safetensors only, never pickle")
+    raise CheckpointError(f"no *.safetensors weights in {what} directory {directory}")
+
+
 def check_safetensors_file(path: Path) -> None:
     """Refuse a truncated or inconsistent safetensors file with a message naming it and why."""
     size = path.stat().st_size

@@ -507,32 +507,12 @@ class SessionStore:
             f"FROM cycles WHERE {where}",
             params,
         )[0]
-        histogram = self._query(
-            f"SELECT tau, count(*) AS count FROM cycles WHERE {where} GROUP BY tau ORDER BY tau", params
-        )
-        # slot j (1-based) was drafted when block_size - 1 >= j, and accepted when accepted >= j
-        per_position = self._query(
-            f"""
-            WITH RECURSIVE
-                selected AS (SELECT block_size, accepted FROM cycles WHERE {where}),
-                positions(j) AS (
-                    SELECT 1 WHERE (SELECT max(block_size) FROM selected) >= 2
-                    UNION ALL
-                    SELECT j + 1 FROM positions WHERE j + 1 <= (SELECT max(block_size) - 1 FROM selected)
-                )
-            SELECT j, CAST(sum(s.accepted >= j) AS REAL) / sum(s.block_size - 1 >= j) AS rate
-            FROM positions JOIN selected s GROUP BY j ORDER BY j
-            """,
-            params,
-        )
-        return {
-            **totals,
-            "tau_histogram": {row["tau"]: row["count"] for row in histogram},
-            "per_position_acceptance": [row["rate"] for row in per_position],
-        }
+        # Per-position acceptance and the τ histogram are computed from the cycles by their one
+        # home, engine.acceptance (the UI's analytics read ``session_cycle_series``).
+        return totals
 
     def message_stats(self, message_id: int) -> dict:
-        """Stats of one reply: cycles, tokens, mean_tau, tau_histogram, per_position_acceptance, ...
+        """Stats of one reply: cycles, tokens, mean_tau, acceptance_rate, draft_ms, verify_ms, ...
 
         ``tokens`` counts the tokens emitted by cycles (the prefill token is in ``new_tokens``);
         ``mean_tau`` and ``acceptance_rate`` are None when there are no cycles.

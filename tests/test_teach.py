@@ -355,7 +355,7 @@ def test_analytics_match_sql_on_the_database(ctx, engine):
     # the store's own SQL statistics agree on the whole session
     stats = ctx.store.session_stats(session_id)
     assert data.by_kind["all"].mean_tau == pytest.approx(stats["mean_tau"])
-    assert data.by_kind["all"].per_position_acceptance == pytest.approx(stats["per_position_acceptance"])
+    assert data.by_kind["all"].acceptance_rate == pytest.approx(stats["acceptance_rate"])
     db.close()
 
 

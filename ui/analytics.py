@@ -18,6 +18,8 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from engine.acceptance import AcceptanceCounts
+
 from .render import FENCE, code_share, looks_like_code_line
 from .teach_steps import first_text
 from .token_classes import CLASSES, LABELS, ClassCounts, reply_token_classes
@@ -99,29 +101,19 @@ def reply_kind(text: str, mode: str = "chat") -> str:
 
 
 @dataclass
-class Figures:
-    """Aggregates over a set of cycles (block size, accepted, τ)."""
+class Figures(AcceptanceCounts):
+    """Aggregates over a set of cycles (block size, accepted, τ): the per-slot and τ counts of
+    ``engine.acceptance`` plus the totals behind mean τ and the acceptance rate."""
 
-    cycles: int = 0
     tokens: int = 0  # Σ τ
     accepted: int = 0  # Σ accepted
     drafted: int = 0  # Σ (block size - 1)
-    tau_histogram: dict[int, int] = field(default_factory=dict)
-    position_accepted: list[int] = field(default_factory=list)  # per slot j: cycles with accepted >= j
-    position_drafted: list[int] = field(default_factory=list)  # per slot j: cycles with block size - 1 >= j
 
     def add(self, block_size: int, accepted: int, tau: int) -> None:
-        self.cycles += 1
+        super().add(block_size, accepted, tau)
         self.tokens += tau
         self.accepted += accepted
         self.drafted += block_size - 1
-        self.tau_histogram[tau] = self.tau_histogram.get(tau, 0) + 1
-        for j in range(1, block_size):
-            while len(self.position_drafted) < j:
-                self.position_drafted.append(0)
-                self.position_accepted.append(0)
-            self.position_drafted[j - 1] += 1
-            self.position_accepted[j - 1] += accepted >= j
 
     @property
     def mean_tau(self) -> float | None:
@@ -135,9 +127,6 @@ class Figures:
     def max_block_size(self) -> int | None:
         return len(self.position_drafted) + 1 if self.cycles else None
 
-    @property
-    def per_position_acceptance(self) -> list[float]:
-        return [a / d for a, d in zip(self.position_accepted, self.position_drafted) if d]
 
 
 @dataclass

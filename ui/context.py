@@ -10,6 +10,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from engine.config import MAX_BLOCK_SIZE
 from engine.events import LoadStatus
 from storage.errors import StoreError
 
@@ -43,7 +44,7 @@ class Defaults:
     top_p: float = 1.0
     fallback: bool = True  # dynamic fallback starts on; the toggle turns it off
     show_rejected: bool = True
-    max_block_size: int = 16
+    max_block_size: int = MAX_BLOCK_SIZE  # the block-size slider's end
 
 
 @dataclass

@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from engine.acceptance import AcceptanceCounts
+from engine.fallback import VERIFY_STEPS_PRIOR  # a B-token verify ~ this many plain steps, until measured
+
 Origin = Literal["accepted", "bonus", "rejected", "prefill"]
-PLAIN_STEP_VERIFY_RATIO = 1.5  # a B-token verify ~ 1.5 plain steps until block 1 is measured (as the fallback policy)
 
 
 @dataclass(frozen=True)
@@ -125,21 +127,15 @@ class ReplyTrace:
     def fallback_state(self) -> str | None:
         return self.fallback_states[-1] if self.fallback_states else None
 
+    def acceptance_counts(self) -> AcceptanceCounts:
+        return AcceptanceCounts.of(zip(self.block_sizes, self.accepted, self.taus))
+
     def per_position_acceptance(self) -> list[float]:
-        """P(slot j accepted | slot j was drafted), j = 1..max block - 1."""
-        rates = []
-        for j in range(1, self.max_block_size):
-            drafted = [a for a, b in zip(self.accepted, self.block_sizes) if b - 1 >= j]
-            if not drafted:
-                break
-            rates.append(sum(a >= j for a in drafted) / len(drafted))
-        return rates
+        """P(slot j accepted | slot j was drafted), j = 1..max block - 1 (``engine.acceptance``)."""
+        return self.acceptance_counts().per_position_acceptance
 
     def tau_histogram(self) -> dict[int, int]:
-        hist: dict[int, int] = {}
-        for tau in self.taus:
-            hist[tau] = hist.get(tau, 0) + 1
-        return dict(sorted(hist.items()))
+        return self.acceptance_counts().sorted_tau_histogram()
 
     def estimated_speedup(self) -> float | None:
         """Tokens per ms of decoding over a plain step's estimated cost (measured at block 1 when
@@ -152,7 +148,7 @@ class ReplyTrace:
         else:
             biggest = max(self.block_sizes)
             costs = [ms for ms, b in zip(self.cycle_ms, self.block_sizes) if b == biggest]
-            plain_ms = sum(costs) / len(costs) / PLAIN_STEP_VERIFY_RATIO
+            plain_ms = sum(costs) / len(costs) / VERIFY_STEPS_PRIOR
         return sum(self.taus) / sum(self.cycle_ms) * plain_ms
 
     def tokens_per_s(self) -> float | None:

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import MAX_BLOCK_SIZE
 from ..errors import CheckpointError, InvalidRequestError
 
 VENV_ENV = "DFLASH_STUDIO_VLLM_VENV"
@@ -57,8 +58,8 @@ class VLLMConfig:
         for name in ("tensor_parallel_size", "pipeline_parallel_size"):
             if getattr(self, name) < 1:
                 raise InvalidRequestError(f"--{name.replace('_', '-')} must be at least 1")
-        if self.block_size is not None and not 2 <= self.block_size <= 64:
-            raise InvalidRequestError(f"vLLM's block size must be between 2 and 64 (got {self.block_size}); "
+        if self.block_size is not None and not 2 <= self.block_size <= MAX_BLOCK_SIZE:
+            raise InvalidRequestError(f"vLLM's block size must be between 2 and {MAX_BLOCK_SIZE} (got {self.block_size}); "
                                       "block 1 is plain decoding: leave out --draft")
         return self
 

@@ -192,6 +192,8 @@ def import_sessions(args: argparse.Namespace) -> int:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         return _fail(f"{source} is not JSON ({exc}); nothing was imported")
+    except RecursionError:
+        return _fail(f"{source} is not an export file (JSON nested too deeply); nothing was imported")
     with SessionStore(_db_path(args), recover=False) as store:
         results = store.import_document(document)
     print(f"imported {len(results)} session{'s' * (len(results) != 1)} from {source}: {import_summary(results)}")

@@ -282,6 +282,8 @@ def import_sessions(ctx: UIContext, upload) -> dict:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise gr.Error(f"{path.name} is not an export file (not JSON: {exc}); nothing was imported.") from None
+    except RecursionError:  # JSON nested thousands deep: no export looks like that
+        raise gr.Error(f"{path.name} is not an export file (nested too deeply); nothing was imported.") from None
     before = ctx.store.count_sessions()
     try:
         session_ids = ctx.store.import_data(document)

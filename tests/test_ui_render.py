@@ -148,3 +148,15 @@ def test_charts_are_plotly_figures_with_block_size_and_annotations():
     import plotly.graph_objects as go
 
     go.Figure(fig)  # a valid Plotly figure (validated here, not on every streamed update)
+
+
+def test_fenced_blocks_pair_fences_by_marker_and_run_an_open_block_to_the_end():
+    from ui.render import fenced_blocks
+
+    text = "intro\n```python\nx = 1\n~~~\ny = 2\n```\nprose\n~~~\nstill streaming"
+    first, second = fenced_blocks(text)
+    assert (first.marker, first.language, first.closed) == ("```", "python", True)
+    assert text[first.body_start:first.body_end] == "\nx = 1\n~~~\ny = 2\n"  # ~~~ does not close ```
+    assert text[first.start:first.end] == "```python\nx = 1\n~~~\ny = 2\n```"
+    assert (second.marker, second.closed, second.end) == ("~~~", False, len(text))
+    assert list(fenced_blocks("no code here")) == []

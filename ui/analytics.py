@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 
 from engine.acceptance import AcceptanceCounts
 
-from .render import FENCE, code_share, looks_like_code_line
+from .render import code_share, fenced_blocks, looks_like_code_line
 from .teach_steps import first_text
 from .token_classes import CLASSES, LABELS, ClassCounts, reply_token_classes
 
@@ -39,15 +39,8 @@ def code_mask(text: str, mode: str = "chat", loose: bool = False) -> list[bool]:
     if mode == "complete":
         return [True] * len(text)
     mask = [False] * len(text)
-    fences = list(FENCE.finditer(text))
-    i = 0
-    while i < len(fences):
-        opening = fences[i]
-        closing = next((f for f in fences[i + 1:] if f.group(2) == opening.group(2)), None)
-        end = closing.end() if closing else len(text)
-        for k in range(opening.start(), end):
-            mask[k] = True
-        i = fences.index(closing) + 1 if closing else len(fences)
+    for block in fenced_blocks(text):
+        mask[block.start:block.end] = [True] * (block.end - block.start)
     if loose:
         _mark_loose_code_lines(text, mask)
     return mask

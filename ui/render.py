@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import lru_cache
 
 from pygments.formatters import HtmlFormatter
@@ -26,6 +28,34 @@ ORIGIN_LABELS = {
     "rejected": "rejected draft token (the target refused it)",
 }
 FENCE = re.compile(r"^([ \t]*)(```|~~~)[ \t]*([\w+#.-]*)[^\n]*$", re.M)
+
+
+@dataclass(frozen=True)
+class FencedBlock:
+    """One fenced code block: ``text[start:end]`` with its fence lines, ``text[body_start:body_end]``
+    between them (``body_start`` is the end of the opening fence line, before its newline)."""
+
+    start: int
+    body_start: int
+    body_end: int
+    end: int
+    marker: str  # ``` or ~~~
+    language: str  # as written after the opening marker ("" when none)
+    closed: bool  # False for a block still streaming: it runs to the end of the text
+
+
+def fenced_blocks(text: str) -> Iterator[FencedBlock]:
+    """The fenced code blocks of ``text`` in order: a fence line opens a block and the next fence
+    line with the same marker closes it. The one walker every reader of fences uses."""
+    fences = list(FENCE.finditer(text))
+    i = 0
+    while i < len(fences):
+        opening = fences[i]
+        closing = next((f for f in fences[i + 1:] if f.group(2) == opening.group(2)), None)
+        yield FencedBlock(opening.start(), opening.end(), closing.start() if closing else len(text),
+                          closing.end() if closing else len(text), opening.group(2), opening.group(3),
+                          closing is not None)
+        i = fences.index(closing) + 1 if closing else len(fences)
 
 
 CODE_LINE = re.compile(
@@ -53,16 +83,10 @@ def code_share(text: str) -> float:
     if not total:
         return 0.0
     fenced, outside, pos = 0, [], 0
-    fences = list(FENCE.finditer(text))
-    i = 0
-    while i < len(fences):
-        opening = fences[i]
-        closing = next((f for f in fences[i + 1:] if f.group(2) == opening.group(2)), None)
-        outside.append(text[pos:opening.start()])
-        end = closing.start() if closing else len(text)
-        fenced += len("".join(text[opening.end():end].split()))
-        pos = closing.end() if closing else len(text)
-        i = fences.index(closing) + 1 if closing else len(fences)
+    for block in fenced_blocks(text):
+        outside.append(text[pos:block.start])
+        fenced += len("".join(text[block.body_start:block.body_end].split()))
+        pos = block.end
     outside.append(text[pos:])
     loose = 0
     for line in "\n".join(outside).splitlines():
@@ -115,16 +139,10 @@ def syntax_classes(text: str, mode: str = "chat") -> list[str]:
     if mode == "complete":
         lex_into(text, "python", 0, classes)
         return classes
-    fences = list(FENCE.finditer(text))
-    i = 0
-    while i < len(fences):
-        opening = fences[i]
-        start = opening.end() + 1
-        closing = next((f for f in fences[i + 1:] if f.group(2) == opening.group(2)), None)
-        end = closing.start() if closing else len(text)
-        if start < end:
-            lex_into(text[start:end], opening.group(3), start, classes)
-        i = fences.index(closing) + 1 if closing else len(fences)
+    for block in fenced_blocks(text):
+        start = block.body_start + 1  # after the opening fence line's newline
+        if start < block.body_end:
+            lex_into(text[start:block.body_end], block.language, start, classes)
     return classes
 
 
@@ -284,17 +302,11 @@ def chat_markdown(text: str) -> str:
     that ``<img src=x onerror=…>`` shows as text. Code (fenced or inline) is left alone: the
     markdown renderer already shows it literally."""
     out, pos = [], 0
-    fences = list(FENCE.finditer(text))
-    i = 0
-    while i < len(fences):
-        opening = fences[i]
-        closing = next((f for f in fences[i + 1:] if f.group(2) == opening.group(2)), None)
-        out.append(_escape_prose(text[pos:opening.start()]))
-        end = closing.end() if closing else len(text)
-        block = text[opening.start():end]
-        out.append(block if closing else block + "\n" + opening.group(2))  # close a fence still streaming
-        pos = end
-        i = fences.index(closing) + 1 if closing else len(fences)
+    for block in fenced_blocks(text):
+        out.append(_escape_prose(text[pos:block.start]))
+        code = text[block.start:block.end]
+        out.append(code if block.closed else code + "\n" + block.marker)  # close a fence still streaming
+        pos = block.end
     out.append(_escape_prose(text[pos:]))
     return "".join(out)
 

@@ -72,7 +72,9 @@ class Engine(Protocol):
                  cancel: threading.Event | None = None, slot_details: bool = True,
                  speculative: bool = True) -> Iterator[Event]:
         """``Started``, one ``Cycle`` per verify step, then ``Finished`` (reason "cancelled" once
-        ``cancel`` is set) or ``Failed``. ``speculative=False`` decodes plainly (the baseline)."""
+        ``cancel`` is set) or ``Failed``. ``speculative=False`` decodes plainly (the baseline).
+        The request goes through ``check_request`` when this is CALLED, before the first event:
+        a bad request raises here, so callers need not check it again."""
         ...
 
     def close(self) -> None: ...  # release what the engine holds (a vLLM server it started)

@@ -167,3 +167,12 @@ def test_cli_bench_json(pair, tmp_path, capsys):
     assert {"tokens", "seconds", "tokens_per_s"} <= set(result["ar"]) and {"tokens", "seconds", "tokens_per_s"} <= set(result["dflash"])
     assert "mean_acceptance_length" in result["dflash"] and "per_position_acceptance" in result["dflash"]
     assert result["speedup"] > 0
+
+
+def test_generate_refuses_a_bad_request_when_called_before_any_event(pair):
+    """The Engine interface promise callers rely on (ui.generation checks nothing itself)."""
+    from engine.errors import InvalidRequestError
+
+    engine = engine_for(*pair[:2])
+    with pytest.raises(InvalidRequestError, match="block_size must be between 1 and 16"):
+        engine.generate(engine.encode("def f():", raw=True), SamplingConfig(block_size=17))  # not iterated

@@ -89,8 +89,7 @@ def _start_events(engine, request: GenerationRequest, cancel: threading.Event, o
     else:
         try:
             ids = engine.encode(request.prompt, raw=request.raw)
-            sampling = engine.check_request(ids, request.sampling)
-            events = engine.generate(ids, sampling, request.fallback, cancel)
+            events = engine.generate(ids, request.sampling, request.fallback, cancel)  # checks the request now
             return with_stops(events, request.stop, cancel) if request.stop else events
         except (DFlashError, ValueError) as exc:
             out.put(("refused", str(exc)))

@@ -70,14 +70,22 @@ def settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallb
     }
 
 
-def check_settings(ctx: UIContext, settings: dict) -> tuple[SamplingConfig, FallbackConfig]:
-    """Server-side validation of everything that reaches the engine (every event is an API too)."""
+def check_settings(ctx: UIContext, settings: dict, prompt=None, raw: bool = False) -> tuple[SamplingConfig, FallbackConfig]:
+    """Server-side validation at the edge, before anything is stored (every event is an API
+    too): the settings, and with a ``prompt`` and a loaded model, ``engine.check_request`` (the
+    context window). The engine checks every request again itself when it generates."""
     sampling = SamplingConfig(max_new_tokens=settings["max_new_tokens"], block_size=settings["block_size"],
                               temperature=settings["temperature"], top_p=settings["top_p"])
     try:
         sampling.validate(max_block_size=ctx.defaults.max_block_size)
     except DFlashError as exc:
         raise gr.Error(f"Invalid settings: {exc}") from None
+    engine = ctx.engines.engine
+    if prompt is not None and engine is not None:  # no model yet: the worker refuses it once loaded
+        try:
+            engine.check_request(engine.encode(prompt, raw=raw), sampling)
+        except DFlashError as exc:
+            raise gr.Error(str(exc)) from None
     return sampling, FallbackConfig(enabled=settings["fallback"])
 
 
@@ -336,17 +344,6 @@ def _chat_prompt(messages: list[dict]) -> list[dict]:
             if m["kind"] == "chat" and m["role"] in ("user", "assistant") and m["content"]]
 
 
-def _check_prompt_fits(ctx: UIContext, prompt, raw: bool, sampling: SamplingConfig) -> None:
-    """When the model is loaded, refuse an over-long prompt before anything is stored."""
-    engine = ctx.engines.engine
-    if engine is None:
-        return  # checked again on the worker once the model is there
-    try:
-        engine.check_request(engine.encode(prompt, raw=raw), sampling)
-    except DFlashError as exc:
-        raise gr.Error(str(exc)) from None
-
-
 def _store_prompt(ctx: UIContext, session_id: int | None, text: str, kind: str, settings: dict) -> int:
     settings = {**settings, "model": ctx.engines.current_key}
     try:
@@ -368,9 +365,8 @@ def submit_prompt(ctx: UIContext, session_id: int | None, text: str, block_size,
     if not text.strip():
         raise gr.Error("Type a message first.")
     settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
-    sampling, _ = check_settings(ctx, settings)
     history = _chat_prompt(ctx.store.get_messages(session_id)) if session_id is not None else []
-    _check_prompt_fits(ctx, history + [{"role": "user", "content": text}], False, sampling)
+    check_settings(ctx, settings, history + [{"role": "user", "content": text}])
     session_id = _store_prompt(ctx, session_id, text, "chat", settings)
     view = _stored_prompt_view(ctx, session_id)
     return {**view, "chat": view["chat"] + [PENDING], "chat_input": ""}
@@ -389,8 +385,7 @@ def submit_completion(ctx: UIContext, session_id: int | None, code: str, block_s
     if not code.strip():
         raise gr.Error("Write some code for the model to continue.")
     settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
-    sampling, _ = check_settings(ctx, settings)
-    _check_prompt_fits(ctx, code, True, sampling)
+    check_settings(ctx, settings, code, raw=True)
     session_id = _store_prompt(ctx, session_id, code, "complete", settings)
     return _stored_prompt_view(ctx, session_id)
 

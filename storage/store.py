@@ -52,6 +52,14 @@ from .transfer import EXPORT_FORMAT, EXPORT_VERSION, MESSAGE_KEYS, check_documen
 from .writer import ReplyWriter
 
 
+# Totals over a set of cycles (per-position acceptance and the τ histogram: engine.acceptance).
+CYCLE_TOTALS = (
+    "count(*) AS cycles, coalesce(sum(tau), 0) AS tokens, avg(tau) AS mean_tau, "
+    "coalesce(sum(draft_ms), 0.0) AS draft_ms, coalesce(sum(verify_ms), 0.0) AS verify_ms, "
+    "CAST(sum(accepted) AS REAL) / nullif(sum(block_size - 1), 0) AS acceptance_rate"
+)
+
+
 def _require_sqlite_utils_4() -> None:
     """sqlite-utils 3.x commits inside a caller's transaction (``with conn:``); 4.x nests savepoints."""
     try:
@@ -275,12 +283,10 @@ class SessionStore:
         return self._session_from_row(rows[0])
 
     def _touch_session(self, db: sqlite_utils.Database, session_id: int, now: str, **columns: Any) -> None:
-        assignments = ", ".join(f"{column} = :{column}" for column in ["updated_at", *columns])
-        cursor = db.execute(
-            f"UPDATE sessions SET {assignments} WHERE id = :id", {"updated_at": now, **columns, "id": session_id}
-        )
-        if cursor.rowcount == 0:
-            raise SessionNotFound(f"session {session_id} does not exist")
+        try:
+            db.table("sessions").update(session_id, {"updated_at": now, **columns})
+        except sqlite_utils.db.NotFoundError:
+            raise SessionNotFound(f"session {session_id} does not exist") from None
 
     def rename_session(self, session_id: int, title: str) -> None:
         """Give a session a new title."""
@@ -403,10 +409,7 @@ class SessionStore:
 
     def _update_message_columns(self, db: sqlite_utils.Database, message_id: int, columns: dict, now: str) -> None:
         session_id = self._session_of_message(db, message_id)
-        assignments = ", ".join(f"{column} = :{column}" for column in ["updated_at", *columns])
-        db.execute(
-            f"UPDATE messages SET {assignments} WHERE id = :id", {**columns, "updated_at": now, "id": message_id}
-        )
+        db.table("messages").update(message_id, {**columns, "updated_at": now})
         self._touch_session(db, session_id, now)
 
     def update_message(self, message_id: int, **fields: Any) -> None:
@@ -500,13 +503,9 @@ class SessionStore:
 
     def _cycle_stats(self, where: str, params: list[Any]) -> dict:
         """Aggregates over the cycles selected by ``where`` (a fixed SQL fragment of this class)."""
-        totals = self._query(
-            "SELECT count(*) AS cycles, coalesce(sum(tau), 0) AS tokens, avg(tau) AS mean_tau, "
-            "coalesce(sum(draft_ms), 0.0) AS draft_ms, coalesce(sum(verify_ms), 0.0) AS verify_ms, "
-            "CAST(sum(accepted) AS REAL) / nullif(sum(block_size - 1), 0) AS acceptance_rate "
-            f"FROM cycles WHERE {where}",
-            params,
-        )[0]
+        with self._lock:
+            self._check_open()
+            [totals] = self._db.table("cycles").rows_where(where, params, select=CYCLE_TOTALS)
         # Per-position acceptance and the τ histogram are computed from the cycles by their one
         # home, engine.acceptance (the UI's analytics read ``session_cycle_series``).
         return totals
@@ -552,10 +551,11 @@ class SessionStore:
 
     # -- export and import --
 
-    def _export_sessions(self, where: str, params: list[Any]) -> list[dict]:
+    def _export_sessions(self, where: str | None, params: list[Any]) -> list[dict]:
         exported = []
         with self._lock:
-            for session in self._query(f"SELECT * FROM sessions WHERE {where} ORDER BY id", params):
+            self._check_open()
+            for session in self._db.table("sessions").rows_where(where, params, order_by="id"):
                 messages = []
                 for row in self._query("SELECT * FROM messages WHERE session_id = ? ORDER BY seq", [session["id"]]):
                     message = self._message_from_row(row)
@@ -581,7 +581,7 @@ class SessionStore:
 
     def export_all(self) -> dict:
         """A JSON-ready export document holding every session, oldest first."""
-        return self._export_document(self._export_sessions("1 = 1", []))
+        return self._export_document(self._export_sessions(None, []))
 
     def import_data(self, data: dict) -> list[int]:
         """Import an export document; return the ids of its sessions, in document order

@@ -28,7 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.datastructures import Headers
-from starlette.routing import Mount, Route
+from starlette.routing import Route
 
 from engine.errors import DFlashError, PromptTooLongError
 from engine.events import Failed, Finished
@@ -47,6 +47,7 @@ from .api_requests import (
 from .api_runs import Run, finish_run, start_run
 from .config import ApiConfig
 
+API_PREFIX = "/v1"
 MAX_BODY_BYTES = 4 * 1024 * 1024
 ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
                405: "invalid_request_error", 413: "invalid_request_error", 503: "server_error"}
@@ -260,7 +261,7 @@ class Gate:
 
 
 def build_api(service: ApiService) -> FastAPI:
-    """The /v1 application (mounted at /v1 by ``api_routes``)."""
+    """The /v1 application (``ApiDispatch`` hands it every /v1 request)."""
     api = FastAPI(title="DFlash Studio: OpenAI-compatible API", version="1", docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json", servers=[{"url": "/v1"}])
     api.add_middleware(Gate, service=service)
@@ -268,6 +269,17 @@ def build_api(service: ApiService) -> FastAPI:
     api.add_exception_handler(RequestValidationError, _validation_error)
     api.add_exception_handler(StarletteHTTPException, _http_error)
     api.add_exception_handler(Exception, _server_error)
+
+    def openapi() -> dict:
+        """The schema, with the model ids this server answers to right now."""
+        schema = FastAPI.openapi(api)
+        ids = [model_id(service.ctx.engines.current_key)]
+        for name in ("ChatCompletionRequest", "CompletionRequest"):
+            model = schema["components"]["schemas"][name]["properties"]["model"]
+            model["anyOf"] = [{"type": "string", "enum": ids}, {"type": "null"}]
+        return schema
+
+    api.openapi = openapi
 
     @api.get("/models")
     async def list_models() -> dict:
@@ -289,8 +301,28 @@ def build_api(service: ApiService) -> FastAPI:
     return api
 
 
-def api_routes(service: ApiService) -> list:
-    """Routes for the app's server: /v1 (the API) and /health."""
+class ApiDispatch:
+    """ASGI middleware of the app's server that hands every /v1 request to the API app. A
+    middleware, not a ``Mount``: a mount's pattern does not match paths with a line break
+    (``/v1/models/%0A``), which would then fall through to the page's routes and their
+    non-OpenAI error bodies."""
+
+    def __init__(self, app, api: FastAPI, prefix: str = API_PREFIX):
+        self.app, self.api, self.prefix = app, api, prefix
+
+    async def __call__(self, scope, receive, send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path == self.prefix or path.startswith(self.prefix + "/")):
+            root = scope.get("root_path", "")
+            scope = {**scope, "app_root_path": scope.get("app_root_path", root), "root_path": root + self.prefix}
+            await self.api(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def server_additions(service: ApiService) -> tuple[list, list]:
+    """(middleware, routes) for the app's server: /v1 (the API) and /health."""
+    from starlette.middleware import Middleware
 
     async def health(request: Request) -> JSONResponse:
         status = service.ctx.engines.status()
@@ -298,4 +330,4 @@ def api_routes(service: ApiService) -> list:
                 "message": status.error or status.message}
         return JSONResponse(body, status_code=200 if status.state == "ready" else 503)
 
-    return [Route("/health", health, methods=["GET"]), Mount("/v1", app=build_api(service))]
+    return [Middleware(ApiDispatch, api=build_api(service))], [Route("/health", health, methods=["GET"])]

@@ -29,7 +29,9 @@ class UnsupportedParameter(ValueError):
         self.param = param
 
 
-_STRICT = ConfigDict(extra="allow", allow_inf_nan=False)
+# Other fields are read (so that unsupported ones are refused by name, harmless ones kept), but
+# the published schema lists only the supported ones.
+_STRICT = ConfigDict(extra="allow", allow_inf_nan=False, json_schema_extra={"additionalProperties": False})
 
 
 class TextPart(BaseModel):

@@ -184,13 +184,15 @@ class Studio:
         return kwargs
 
     def app_kwargs(self) -> dict:
-        """What Gradio passes to the FastAPI app it serves: the network guard for every route, and
-        the OpenAI-compatible API's routes (they come before the page's own)."""
+        """What Gradio passes to the FastAPI app it serves: the network guard in front of every
+        route, then the OpenAI-compatible API (/v1, /health; before the page's own routes)."""
         kwargs = {"middleware": [guard_middleware(guard_config(self.config))]}
         if self.api is not None:
-            from .api import api_routes
+            from .api import server_additions
 
-            kwargs["routes"] = api_routes(self.api)
+            middleware, routes = server_additions(self.api)
+            kwargs["middleware"] += middleware
+            kwargs["routes"] = routes
         return kwargs
 
     def close(self) -> None:

@@ -375,3 +375,25 @@ def test_with_a_login_on_the_page_the_api_needs_its_own_key():
         assert response.status_code == 401 and "--api-key" in response.json()["error"]["message"]
     finally:
         studio.close()
+
+
+def test_the_sessions_panel_refreshes_itself_for_api_requests(served, client):
+    from ui import handlers as h
+
+    studio, engine, _ = served
+    seen = h.live_refresh(studio.ctx, None, "", None)["live_seen"]  # the first look draws the list
+    assert set(h.live_refresh(studio.ctx, None, "", seen)) == {"live_seen"}  # nothing new: nothing redrawn
+    client.chat.completions.create(model="fake-coder", messages=[{"role": "user", "content": "live please"}])
+    session = studio.store.list_sessions(limit=1)[0]
+    changed = h.live_refresh(studio.ctx, None, "", seen)
+    assert (session["title"], session["id"]) in [tuple(choice) for choice in changed["sessions"].choices]
+    shown = h.live_refresh(studio.ctx, session["id"], "", changed["live_seen"])  # the API session, shown
+    assert shown["chat"][-1]["role"] == "assistant" and 'data-origin="accepted"' in shown["token_view"]
+    assert set(h.live_refresh(studio.ctx, session["id"], "", shown["live_seen"])) == {"live_seen"}
+
+
+def test_odd_paths_under_v1_still_get_openai_errors(served):
+    for path in ("/v1/models/%0A0", "/v1/%0A", "/v1", "/v1/models/a%2Fb", "/v1/chat/completions/extra"):
+        response = httpx.get(served[2] + path)
+        assert response.status_code in (404, 405), path
+        assert response.json()["error"]["message"], path

@@ -39,6 +39,8 @@ COMPLETED = ("session", "remembered", "chat", "msg_ids", "sessions", "title")
 STREAMED = ("chat", "msg_ids", "token_view", "stats", "acceptance_chart", "session_chart", "tau_histogram",
             "position_chart", "code")
 MODEL_STATUS = ("model_status", "timer")
+LIVE = ("sessions", "chat", "msg_ids", "token_view", "stats", "acceptance_chart", "session_chart", "tau_histogram",
+        "position_chart", "live_seen")
 PENDING = {"role": "assistant", "content": "…"}  # the reply bubble shown until the first block arrives
 
 
@@ -184,6 +186,38 @@ def session_view(ctx: UIContext, session_id: int | None, query: str = "") -> dic
     if session:
         view.update(settings_outputs(ctx, session["settings"]))
     return view
+
+
+def _live_view(ctx: UIContext, session_id: int, messages: list[dict]) -> dict:
+    """The chat and the latest reply's figures of a session, as stored now."""
+    history, ids = chat_history(ctx, session_id)
+    replies = [m for m in messages if m["role"] == "assistant"]
+    trace = stored_trace(ctx, replies[-1]) if replies else None
+    return {"chat": history, "msg_ids": ids, **reply_outputs(trace, replies[-1]["kind"] if replies else "chat"),
+            "session_chart": charts.plot(charts.session_chart(ctx.store.session_stats(session_id)))}
+
+
+def live_refresh(ctx: UIContext, session_id: int | None, query: str, seen: dict | None) -> dict:
+    """Every second (``LIVE``): the session list when sessions came, went or were renamed (API
+    requests add sessions by themselves), and the session shown when its latest message came
+    through the API and changed since the last look (the page's own replies stream by themselves)."""
+    seen = dict(seen or {})
+    update: dict = {}
+    listing = [list(choice) for choice in session_choices(ctx, query or "")]
+    if listing != seen.get("listing"):
+        update["sessions"] = session_list(ctx, session_id, query or "")
+    seen["listing"] = listing
+    if session_id is not None:
+        try:
+            messages = ctx.store.get_messages(session_id)
+        except STORE_ERRORS:
+            messages = []
+        last = messages[-1] if messages else None
+        stamp = [session_id, last["id"], last["status"], last["updated_at"]] if last else None
+        if last and (last["settings"] or {}).get("source") == "api" and stamp != seen.get("shown"):
+            update.update(_live_view(ctx, session_id, messages))
+        seen["shown"] = stamp
+    return {**update, "live_seen": seen}
 
 
 def on_load(ctx: UIContext, remembered: int | None) -> dict:

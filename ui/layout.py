@@ -70,6 +70,8 @@ def layout(ctx: UIContext, demo: gr.Blocks) -> SimpleNamespace:
         with gr.Column(scale=2, min_width=340):
             _settings_column(ctx, c)
     c.timer = gr.Timer(0.5, active=True)
+    c.live = gr.Timer(1.0, active=True)  # sessions and replies that arrive through the API
+    c.live_seen = gr.State(None)
     c.controls = [c.block_size, c.temperature, c.top_p, c.max_new_tokens, c.fallback, c.show_rejected]
     return c
 
@@ -174,6 +176,9 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     for trigger in (demo.load, c.timer.tick):
         trigger(model_status.wrap(partial(h.poll_model, ctx)), None, model_status.components,
                 api_visibility="undocumented")
+    live = outputs(*h.LIVE)
+    c.live.tick(live.wrap(partial(h.live_refresh, ctx)), [c.session, c.search, c.live_seen], live.components,
+                api_visibility="undocumented", show_progress="hidden")
 
     # -- chat
     sent = outputs(*h.SENT)

@@ -57,7 +57,8 @@ def run(args) -> int:
         print(f"[{number}/{total}] {row['name']:>12}: {row['tokens']:4d} tok  "
               f"hf {row['hf_tokens_per_s']:7.1f}  block1 {row['block1_tokens_per_s']:7.1f}  "
               f"dflash {row['dflash_tokens_per_s']:7.1f} tok/s  {row['speedup']:.2f}x  τ {row['mean_acceptance_length']:.2f}"
-              f"{'' if row['identical'] else '  DIFFERENT'}{'  LOOP' if row['loop'] else ''}",
+              f"{'' if row['identical'] else '  DIFFERENT'}{'  LOOP' if row['loop'] else ''}"
+              f"{'  NOISY (plain paths disagree)' if row['plain_paths_disagree'] else ''}",
               file=sys.stderr if args.json else sys.stdout, flush=True)
 
     summary = bench(engine, prompts, sampling, fallback, progress)
@@ -73,7 +74,21 @@ def run(args) -> int:
     print(f"speedup {summary['speedup']:.2f}x, mean τ {df['mean_acceptance_length']:.2f}, "
           f"identical greedy outputs {summary['identical']}/{summary['prompts']}, loops {summary['loops']}")
     print("per-position acceptance: " + " ".join(f"{p:.2f}" for p in df["per_position_acceptance"]))
+    print_spread(summary)
     return 0
+
+
+def print_spread(summary: dict) -> None:
+    """Per-prompt median and spread beside the aggregate, and a warning about noisy prompts."""
+    s, t = summary["per_prompt_speedup"], summary["per_prompt_tau"]
+    if s:
+        print(f"per prompt: speedup median {s['median']:.2f}x (quartiles {s['q1']:.2f}-{s['q3']:.2f}x, "
+              f"range {s['min']:.2f}-{s['max']:.2f}x), τ median {t['median']:.2f} ({t['min']:.2f}-{t['max']:.2f})")
+    noisy = summary["plain_paths_disagree"]
+    if noisy:
+        print(f"warning: the two plain paths disagree by more than 20 % on {len(noisy)} prompt(s) "
+              f"({', '.join(noisy[:8])}{', …' if len(noisy) > 8 else ''}): the machine was busy; their speedups "
+              "are suspect (compare the median, or rerun on a quieter machine)")
 
 
 def run_costs(args) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -42,12 +42,14 @@ def generate(
     fallback: FallbackConfig | None = None,
     cancel: threading.Event | None = None,
     slot_details: bool = True,
+    plain_steps: Mapping[int, float] | None = None,
 ) -> Iterator[Event]:
     """Yield Started, Cycle..., then Finished; an exception becomes a final Failed event
-    (logged with its traceback, never swallowed silently)."""
+    (logged with its traceback, never swallowed silently). ``plain_steps``: a cycle's measured
+    cost in plain steps per block size (``Cycle.cost_in_plain_steps``), when known."""
     try:
         yield from _decode(target, draft, list(prompt_ids), sampling, tokenizer, set(stop_token_ids),
-                           fallback or FallbackConfig(enabled=False), cancel, slot_details)
+                           fallback or FallbackConfig(enabled=False), cancel, slot_details, plain_steps or {})
     except DFlashError as exc:
         yield Failed(kind=type(exc).__name__, message=str(exc))
     except Exception as exc:  # surfaced to the user as an event, with the traceback in the log
@@ -56,7 +58,7 @@ def generate(
 
 
 @torch.inference_mode()
-def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, cancel, slot_details):
+def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, cancel, slot_details, plain_steps):
     device = target.device
     max_block = sampling.block_size or (draft.block_size if draft is not None else 1)
     speculative = draft is not None and max_block > 1
@@ -77,7 +79,7 @@ def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, 
         anchor = chooser.first(out.logits[0, -1:])
         pending = [capture.take()] if speculative else []  # features not yet in the draft cache
         prefill_ms = (clock(device) - t0) * 1000
-        reply = Reply(detok, anchor)
+        reply = Reply(detok, anchor, plain_steps)
         yield Started(num_prompt, sampling.max_new_tokens, max_block, sampling.temperature,
                       anchor, reply.text_parts[0], prefill_ms, speculative)
 
@@ -157,8 +159,9 @@ class Reply:
     that describe it: a ``Cycle`` per step (with its detokenised pieces and slot details) and
     the closing ``Finished``."""
 
-    def __init__(self, detok: IncrementalDetokenizer | None, first_token: int):
+    def __init__(self, detok: IncrementalDetokenizer | None, first_token: int, plain_steps: Mapping[int, float]):
         self.detok = detok
+        self.plain_steps = plain_steps
         self.tokens = [first_token]
         self.text_parts = [detok.push(first_token) if detok else ""]
         self.cycles: list[Cycle] = []
@@ -187,6 +190,7 @@ class Reply:
             rejected=tuple(rejected), rejected_pieces=tuple(rejected_pieces), slots=slots,
             draft_ms=step.draft_ms, verify_ms=step.verify_ms, fallback=decision,
             context_length=start + produced, new_context_features=sum(p.shape[1] for p in pending),
+            cost_in_plain_steps=self.plain_steps.get(len(step.drafts) + 1),
         )
         self.cycles.append(cycle)
         self.tokens.extend(emitted)

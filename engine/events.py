@@ -85,6 +85,9 @@ class Cycle:
     fallback: FallbackDecision
     context_length: int  # target cache length after this cycle's commit
     new_context_features: int  # positions whose target features the draft receives next
+    # What this cycle costs in plain steps (a verify of one token), from the engine's measured
+    # costs for this model and block; None when not measured. tau / this = the cycle's speedup.
+    cost_in_plain_steps: float | None = None
 
     @property
     def tau(self) -> int:

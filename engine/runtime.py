@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import torch
 
 from .config import EngineConfig, FallbackConfig, SamplingConfig
+from .costs import CycleCosts, measure
 from .decode import generate
 from .events import Event, mark_context_full
 from .interface import LOCAL_CAPABILITIES, Capabilities
@@ -22,6 +23,8 @@ from .weights import explain_failures
 class LocalEngine:
     def __init__(self, models: LoadedModels):
         self.models = models
+        self._costs: CycleCosts | None = None  # measured on first use (cycle_costs)
+        self._costs_lock = threading.Lock()
 
     @classmethod
     def load(cls, config: EngineConfig, progress=None) -> "LocalEngine":
@@ -82,12 +85,33 @@ class LocalEngine:
     ) -> Iterator[Event]:
         sampling = self.check_request(prompt_ids, sampling)
         draft = self.models.draft if speculative else None
+        max_block = sampling.block_size or self.block_size
+        # the chat's speed estimate (tau / cycle cost); the benchmark (no slot details) measures for real
+        steps = self.plain_steps(max_block) if draft is not None and slot_details and max_block > 1 else None
         events = generate(
             self.models.target, draft, prompt_ids, sampling, tokenizer=self.tokenizer,
             stop_token_ids=self.models.stop_token_ids, fallback=fallback, cancel=cancel,
-            slot_details=slot_details,
+            slot_details=slot_details, plain_steps=steps,
         )
         return mark_context_full(explain_failures(events, self.models.device), self.models.context_window)
+
+    def cycle_costs(self, max_block: int) -> CycleCosts:
+        """Measured costs of a verify and a draft pass at the block sizes a reply up to
+        ``max_block`` uses (plain, the fallback's reduced block, the draft's, ``max_block``);
+        measured once (9 rounds at a 128-token context) and extended when a new size comes."""
+        sizes = {1, min(4, max_block), self.block_size, max_block}
+        with self._costs_lock:
+            known = self._costs
+            if known is None or not sizes <= set(known.verify_ms):
+                measured = measure(self.models, context=128, sizes=sorted(sizes | set(known.verify_ms if known else ())),
+                                   repeats=9)
+                self._costs = measured
+            return self._costs
+
+    def plain_steps(self, max_block: int) -> dict[int, float]:
+        """A cycle's cost in plain steps for every block 1..``max_block`` (measured costs)."""
+        costs = self.cycle_costs(max_block)
+        return {b: round(costs.plain_steps(b), 3) for b in range(1, max_block + 1)}
 
     @torch.inference_mode()
     def hf_generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> tuple[list[int], float]:

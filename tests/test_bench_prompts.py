@@ -64,3 +64,13 @@ def test_humaneval_prompt_set_reads_the_packages_164_problems():
     first = prompts[0]
     assert first.name == "HumanEval/0" and first.raw
     assert first.prompt.startswith("from typing import List") and "def has_close_elements" in first.prompt
+
+
+def test_plain_path_disagreement_and_per_prompt_spread():
+    from engine.bench import plain_paths_disagree, spread
+
+    assert not plain_paths_disagree(100.0, 119.0) and not plain_paths_disagree(119.0, 100.0)
+    assert plain_paths_disagree(100.0, 121.0) and plain_paths_disagree(121.0, 100.0)
+    assert plain_paths_disagree(0.0, 5.0) and not plain_paths_disagree(0.0, 0.0)
+    assert spread([3.0, 1.0, 2.0, 10.0]) == {"median": 2.5, "q1": 1.75, "q3": 4.75, "min": 1.0, "max": 10.0}
+    assert spread([2.0])["median"] == 2.0 and spread([]) == {}

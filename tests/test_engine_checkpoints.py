@@ -167,6 +167,10 @@ def test_cli_bench_json(pair, tmp_path, capsys):
     assert {"tokens", "seconds", "tokens_per_s"} <= set(result["ar"]) and {"tokens", "seconds", "tokens_per_s"} <= set(result["dflash"])
     assert "mean_acceptance_length" in result["dflash"] and "per_position_acceptance" in result["dflash"]
     assert result["speedup"] > 0
+    speedups = sorted(row["speedup"] for row in result["per_prompt"])
+    assert result["per_prompt_speedup"]["median"] == speedups[1]
+    assert (result["per_prompt_speedup"]["min"], result["per_prompt_speedup"]["max"]) == (speedups[0], speedups[-1])
+    assert result["plain_paths_disagree"] == [r["name"] for r in result["per_prompt"] if r["plain_paths_disagree"]]
 
 
 def test_generate_refuses_a_bad_request_when_called_before_any_event(pair):

@@ -159,3 +159,32 @@ def test_text_pieces_match_token_counts(target):
         assert len(c.slots) == c.block_size - 1
         for slot in c.slots:
             assert len(slot.draft_top) == 3 and 0.0 <= slot.target_prob <= 1.0
+
+
+def test_cycles_carry_their_measured_cost_in_plain_steps(target):
+    """``plain_steps`` (the engine's measured cost per block) lands on every Cycle; without it
+    the field stays None."""
+    draft = tiny_draft(target, block_size=4)
+    steps = {1: 1.0, 2: 1.3, 3: 1.5, 4: 1.7}
+    events = list(generate(target, draft, PROMPT, SamplingConfig(max_new_tokens=30), plain_steps=steps))
+    cycles = [e for e in events if isinstance(e, Cycle)]
+    assert cycles and all(c.cost_in_plain_steps == steps[c.block_size] for c in cycles)
+    plain = [e for e in generate(target, draft, PROMPT, SamplingConfig(max_new_tokens=10)) if isinstance(e, Cycle)]
+    assert all(c.cost_in_plain_steps is None for c in plain)
+
+
+def test_measured_cycle_costs_in_plain_steps(target):
+    from engine.costs import CycleCosts, measure
+
+    costs = CycleCosts(128, verify_ms={1: 10.0, 8: 16.0}, draft_ms={2: 4.0, 8: 4.0})
+    assert costs.plain_steps(1) == 1.0 and costs.plain_steps(8) == 2.0
+    assert abs(costs.plain_steps(4) - (10.0 + 6 * 3 / 7 + 4.0) / 10.0) < 1e-9  # verify interpolated, draft flat
+    assert costs.as_dict()["cycle_in_plain_steps"] == {1: 1.0, 8: 2.0}
+
+    class Models:  # what measure() reads of a LoadedModels
+        def __init__(self):
+            self.target, self.draft, self.device, self.tokenizer = target, tiny_draft(target, block_size=4), target.device, None
+
+    measured = measure(Models(), context=16, sizes=(1, 4), repeats=1)
+    assert set(measured.verify_ms) == {1, 4} and set(measured.draft_ms) == {4}
+    assert all(ms > 0 for ms in [*measured.verify_ms.values(), *measured.draft_ms.values()])

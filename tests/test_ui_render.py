@@ -10,7 +10,7 @@ from engine.config import FallbackConfig, SamplingConfig
 from engine.events import Cycle, Finished, Started, event_to_dict
 from tests.fake_engine import FakeEngine, FakeReply
 from ui import charts
-from ui.render import assistant_markdown, chat_markdown, render_token_view, stats_html, syntax_classes, user_markdown
+from ui.render import assistant_markdown, chat_markdown, esc, render_token_view, stats_html, syntax_classes, user_markdown
 from ui.trace import ReplyTrace
 
 XSS = "<img src=x onerror=alert(1)>"
@@ -160,3 +160,30 @@ def test_fenced_blocks_pair_fences_by_marker_and_run_an_open_block_to_the_end():
     assert text[first.start:first.end] == "```python\nx = 1\n~~~\ny = 2\n```"
     assert (second.marker, second.closed, second.end) == ("~~~", False, len(text))
     assert list(fenced_blocks("no code here")) == []
+
+
+def test_speed_estimate_is_tau_over_the_measured_cycle_cost_and_says_why():
+    """With measured costs on the cycles (Cycle.cost_in_plain_steps), the estimate is mean τ ÷
+    mean cycle cost in plain steps, and the stats strip says so in one line."""
+    trace = ReplyTrace()
+    trace.start("a", 8)
+    cycles = [(7, 8, 2.0), (3, 8, 2.0), (0, 1, 1.0), (5, 4, 1.5)]  # (accepted, block, cost in plain steps)
+    for index, (accepted, block, steps) in enumerate(cycles, 1):
+        trace.add_cycle({"index": index, "block_size": block, "accepted": accepted, "emitted_pieces": ["x"] * (accepted + 1),
+                         "draft_ms": 4.0, "verify_ms": 20.0, "cost_in_plain_steps": steps})
+    mean_tau, mean_cost = (8 + 4 + 1 + 6) / 4, (2.0 + 2.0 + 1.0 + 1.5) / 4
+    assert trace.cost_in_plain_steps() == mean_cost
+    assert abs(trace.estimated_speedup() - mean_tau / mean_cost) < 1e-9
+    line = trace.speed_explanation()
+    assert line.startswith(f"τ {mean_tau:.2f} ÷ cycle cost {mean_cost:.2f} plain steps = {mean_tau / mean_cost:.2f}×")
+    assert "speculation pays" in line and esc(line) in stats_html(trace)
+    # a reply recorded without measured costs keeps the older estimate and shows no such line
+    old = ReplyTrace()
+    old.start("a", 8)
+    old.add_cycle({"index": 1, "block_size": 8, "accepted": 1, "emitted_pieces": ["x", "y"], "draft_ms": 4.0, "verify_ms": 20.0})
+    assert old.speed_explanation() is None and old.estimated_speedup() > 0
+    slow = ReplyTrace()
+    slow.start("a", 8)
+    slow.add_cycle({"index": 1, "block_size": 8, "accepted": 0, "emitted_pieces": ["x"], "draft_ms": 4.0, "verify_ms": 20.0,
+                    "cost_in_plain_steps": 2.0})
+    assert "speculation loses" in slow.speed_explanation()

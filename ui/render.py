@@ -257,7 +257,8 @@ def fmt(value: float | None, spec: str = ".2f", unit: str = "") -> str:
 
 
 def stats_html(trace: ReplyTrace | None, model_line: str = "") -> str:
-    """The stats strip: tokens/s, mean τ, block size now, fallback state, estimated speedup."""
+    """The stats strip: tokens/s, mean τ, block size now, fallback state, estimated speedup, and
+    one line saying why (τ ÷ cycle cost in plain steps = speedup) when the costs were measured."""
     t = trace or ReplyTrace()
     cells = [
         ("tokens/s", fmt(t.tokens_per_s(), ".1f")),
@@ -273,8 +274,10 @@ def stats_html(trace: ReplyTrace | None, model_line: str = "") -> str:
         f'<span class="stat-label">{esc(label)}</span></div>'
         for label, value in cells
     )
+    why = t.speed_explanation()
+    why_html = f'<div class="stat-why" data-stat="why">{esc(why)}</div>' if why else ""
     model = f'<div class="stat-model">{esc(model_line)}</div>' if model_line else ""
-    return f'<div class="stats-strip">{body}{model}</div>'
+    return f'<div class="stats-strip">{body}{why_html}{model}</div>'
 
 
 def reply_footer(trace: ReplyTrace, tokens: int | None = None) -> str:

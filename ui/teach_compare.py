@@ -153,11 +153,11 @@ def warm_up(engine, ids, sampling: SamplingConfig, cancel=None, tokens: int = 4)
 
 
 WHY_DIFFERENT_SAMPLED = (
-    "At temperature {t:g} every token is a random sample from the target's distribution. DFlash draws a sample at "
-    "every position of a verified block (B per target pass) and keeps only a prefix, while plain decoding draws one "
-    "per step, so the same seed is consumed differently and the texts part ways at the first token where the "
-    "random draws differ. Both are exact samples from the same target distribution (DFlash is lossless in "
-    "distribution); only greedy decoding (T = 0) must match token for token."
+    "At temperature {t:g} every token is a random sample from the target's distribution. DFlash draws its "
+    "drafts from the draft's distribution and accepts or replaces them with random draws (speculative sampling), "
+    "while plain decoding draws one sample per step, so the same seed is consumed differently and the texts part "
+    "ways at the first token where the random draws differ. Both are exact samples from the same target "
+    "distribution (DFlash is lossless in distribution); only greedy decoding (T = 0) must match token for token."
 )
 WHY_DIFFERENT_GREEDY = (
     "At temperature 0 DFlash must reproduce plain greedy decoding token for token, so a difference means the "

@@ -46,6 +46,7 @@ class ReplyTrace:
     block_sizes: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
     cycle_ms: list[float] = field(default_factory=list)  # draft + verify per cycle
+    cycle_steps: list[float | None] = field(default_factory=list)  # measured cost in plain steps per cycle
     fallback_states: list[str] = field(default_factory=list)
     max_block_size: int = 1
     prefill_ms: float = 0.0
@@ -77,6 +78,8 @@ class ReplyTrace:
         self.block_sizes.append(block)
         self.accepted.append(accepted)
         self.cycle_ms.append(float(cycle.get("draft_ms") or 0.0) + float(cycle.get("verify_ms") or 0.0))
+        steps = cycle.get("cost_in_plain_steps")
+        self.cycle_steps.append(float(steps) if steps else (1.0 if block == 1 else None))
         fallback = cycle.get("fallback") or {}
         self.fallback_states.append(str(fallback.get("state") or "fixed"))
         if fallback.get("changed"):
@@ -137,9 +140,21 @@ class ReplyTrace:
     def tau_histogram(self) -> dict[int, int]:
         return self.acceptance_counts().sorted_tau_histogram()
 
+    def cost_in_plain_steps(self) -> float | None:
+        """Mean cost of this reply's cycles in plain steps, from the engine's measured costs for
+        this model and each cycle's block (None for replies recorded without them)."""
+        if not self.cycle_steps or any(s is None for s in self.cycle_steps):
+            return None
+        return sum(self.cycle_steps) / len(self.cycle_steps)
+
     def estimated_speedup(self) -> float | None:
-        """Tokens per ms of decoding over a plain step's estimated cost (measured at block 1 when
-        the reply has such cycles, else the largest block's verify / 1.5, the fallback prior)."""
+        """Speedup over plain decoding: mean τ ÷ mean cycle cost in plain steps (measured costs).
+        Replies recorded without measured costs: tokens per ms of the cycles over a plain step's
+        cost (measured at block 1 when the reply has such cycles, else the largest block's
+        verify / 1.5, the fallback policy's prior)."""
+        steps = self.cost_in_plain_steps()
+        if self.taus and steps:
+            return (sum(self.taus) / len(self.taus)) / steps
         if not self.taus or sum(self.cycle_ms) <= 0:
             return None
         plain = [ms for ms, b in zip(self.cycle_ms, self.block_sizes) if b == 1]
@@ -150,6 +165,15 @@ class ReplyTrace:
             costs = [ms for ms, b in zip(self.cycle_ms, self.block_sizes) if b == biggest]
             plain_ms = sum(costs) / len(costs) / VERIFY_STEPS_PRIOR
         return sum(self.taus) / sum(self.cycle_ms) * plain_ms
+
+    def speed_explanation(self) -> str | None:
+        """Why this reply was as fast as it was, in one line: τ ÷ cycle cost = speedup."""
+        steps, speedup = self.cost_in_plain_steps(), self.estimated_speedup()
+        if self.mean_tau is None or not steps or speedup is None:
+            return None
+        verdict = "speculation pays" if speedup >= 1 else "speculation loses: τ is below the cycle cost"
+        return (f"τ {self.mean_tau:.2f} ÷ cycle cost {steps:.2f} plain steps = {speedup:.2f}× "
+                f"over plain decoding ({verdict})")
 
     def tokens_per_s(self) -> float | None:
         if self.finished and self.finished.get("tokens_per_s"):

@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.datastructures import Headers
 from starlette.routing import Route
 
-from engine.errors import DFlashError, PromptTooLongError
+from engine.errors import DFlashError, EmptyPromptError, PromptTooLongError
 from engine.events import Failed, Finished
 from engine.interface import capabilities_of
 from engine.stops import unsafe_tail
@@ -137,6 +137,9 @@ class ApiService:
             request = to_api_request(body, self.defaults)
         except UnsupportedParameter as exc:
             raise ApiError(400, str(exc), param=exc.param, code="unsupported_parameter") from None
+        except EmptyPromptError as exc:
+            raise ApiError(400, str(exc), param="messages" if endpoint == "chat.completions" else "prompt",
+                           code="empty_prompt") from None
         self.check_model(request.model)
         await anyio.to_thread.run_sync(self.check_engine, request)
         run = await start_run(self.ctx, request, endpoint, self.config.store)

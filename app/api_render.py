@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from engine.errors import CONTEXT_FULL
 from engine.events import Cycle, Finished, Started
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "cancelled": "stop"}
@@ -105,6 +106,7 @@ class ReplyTally:
             "prefill_ms": round(finished.prefill_ms, 2) if finished else None,
             "total_ms": round(finished.total_ms, 2) if finished else None,
             "tokens_per_s": round(finished.tokens_per_s, 2) if finished else None,
+            "finish_note": CONTEXT_FULL if finished is not None and finished.context_full else "",
         }
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.config import FallbackConfig, SamplingConfig
+from engine.errors import check_prompt_text
 
 MAX_STOPS = 4
 MAX_TOKENS = 32768
@@ -194,6 +195,16 @@ def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
     return tuple(s for s in stops if s)
 
 
+def check_not_empty(kind: str, prompt) -> None:
+    """The app's one empty-prompt rule (``EmptyPromptError``): the text to answer is not blank,
+    i.e. the last user message of a chat, or a completion's prompt."""
+    if kind == "chat":
+        users = [m["content"] for m in prompt if m["role"] == "user"]
+        check_prompt_text(users[-1] if users else "")
+    else:
+        check_prompt_text(prompt if isinstance(prompt, str) else "x")  # token-id prompts: checked as ids
+
+
 def to_api_request(body: _Common, defaults: Defaults) -> ApiRequest:
     """Check a parsed body and turn it into engine configs; raises ``UnsupportedParameter``."""
     check_supported(body)
@@ -207,6 +218,7 @@ def to_api_request(body: _Common, defaults: Defaults) -> ApiRequest:
                 raise UnsupportedParameter("prompt", f"prompt: exactly one prompt per request (got {len(prompt)})")
             prompt = prompt[0]
         max_tokens = body.max_tokens
+    check_not_empty(kind, prompt)
     if max_tokens is not None and max_tokens > MAX_TOKENS:
         raise UnsupportedParameter("max_tokens", f"max_tokens: at most {MAX_TOKENS} (got {max_tokens})")
     sampling = SamplingConfig(

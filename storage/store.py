@@ -583,6 +583,11 @@ class SessionStore:
         """A JSON-ready export document holding every session, oldest first."""
         return self._export_document(self._export_sessions(None, []))
 
+    @staticmethod
+    def check_document(data: Any) -> list[dict]:
+        """The sessions of an export document, checked whole (``ImportFormatError`` says where it is wrong)."""
+        return check_document(data)
+
     def import_data(self, data: dict) -> list[int]:
         """Import an export document; return the ids of its sessions, in document order
         (``import_document`` says what each one added)."""

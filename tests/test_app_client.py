@@ -65,7 +65,7 @@ def test_send_then_respond_streams_a_reply_that_is_stored(served, client):
 def test_invalid_settings_through_the_api_get_a_clear_error(client):
     with pytest.raises(Exception, match="greater than maximum value 2.0"):  # the slider's own bounds, server-side
         client.predict("hello", **{**SETTINGS, "temperature": 50.0}, api_name="/send")
-    with pytest.raises(Exception, match="Type a message first"):
+    with pytest.raises(Exception, match="The prompt is empty"):
         client.predict("   ", **SETTINGS, api_name="/send")
 
 

@@ -240,3 +240,57 @@ def test_attention_sink_weights_are_refused_too(pair, tmp_path):
     save_file(state, str(sink / "model.safetensors"))
     with pytest.raises(CheckpointError, match="attention-sink"):
         load_draft(sink)
+
+
+# ----------------------------------------------------------------------------- the same words in the page and the API
+def test_the_page_says_the_context_window_is_full_live_and_after_a_reload():
+    from engine.events import Finished, event_to_dict
+    from ui.render import assistant_markdown
+    from ui.trace import ReplyTrace
+
+    store = SessionStore()
+    session = store.create_session("s")
+    store.add_message(session, "user", "q")
+    finished = Finished(reason="length", token_ids=(1, 2), text="ab", acceptance_lengths=(2,), prompt_tokens=509,
+                        prefill_ms=1.0, decode_ms=1.0, total_ms=2.0, cycles=1, context_full=True)
+    reply = store.start_reply(session, model="m", settings={}, kind="chat")
+    with store.reply_writer(reply) as writer:
+        writer.set_content("ab")
+        writer.finish("complete", stats=event_to_dict(finished))
+    stored = store.get_message(reply)
+    assert stored["finish_reason"] == "context_full"
+    live = ReplyTrace()
+    live.finished = event_to_dict(finished)
+    reloaded = ReplyTrace.from_stored(stored["content"], store.get_cycles(reply), stored)
+    for trace in (live, reloaded):
+        assert CONTEXT_FULL in assistant_markdown("ab", "complete", trace)
+    plain = ReplyTrace()
+    plain.finished = event_to_dict(Finished(reason="length", token_ids=(1,), text="a", acceptance_lengths=(1,),
+                                            prompt_tokens=3, prefill_ms=1.0, decode_ms=1.0, total_ms=2.0, cycles=1))
+    assert CONTEXT_FULL not in assistant_markdown("a", "complete", plain)
+
+
+def test_the_api_refuses_an_empty_prompt_with_the_shared_message():
+    import httpx
+
+    from tests.fake_engine import FakeEngine, fake_studio
+    from tests.test_network import free_port
+
+    studio = fake_studio(FakeEngine())
+    studio.host.start().result(timeout=10)
+    studio.demo.launch(**studio.launch_kwargs(server_port=free_port(), prevent_thread_lock=True, quiet=True,
+                                              inbrowser=False))
+    base = studio.demo.local_url.rstrip("/")
+    try:
+        with httpx.Client(timeout=30) as http:
+            for route, body in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "  "}]}),
+                                ("/v1/chat/completions", {"messages": [{"role": "system", "content": "hi"}]}),
+                                ("/v1/completions", {"prompt": ""}), ("/v1/completions", {"prompt": "\n\t"})):
+                response = http.post(base + route, json={"model": "fake-coder", **body})
+                assert response.status_code == 400, (route, body, response.text)
+                error = response.json()["error"]
+                assert error["message"] == EMPTY_PROMPT and error["code"] == "empty_prompt"
+            ok = http.post(base + "/v1/completions", json={"model": "fake-coder", "prompt": "def f():", "max_tokens": 5})
+            assert ok.status_code == 200 and ok.json()["dflash"]["finish_note"] == ""
+    finally:
+        studio.close()

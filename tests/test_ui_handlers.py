@@ -81,7 +81,7 @@ def test_invalid_settings_are_refused_with_a_message_and_nothing_is_stored(ctx):
         h.submit_prompt(ctx, None, "hello", 8, 9.0, 1.0, 256, True, True)
     with pytest.raises(gr.Error, match="block_size must be between 1 and 16"):
         h.submit_prompt(ctx, None, "hello", 99, 0.0, 1.0, 256, True, True)
-    with pytest.raises(gr.Error, match="Type a message"):
+    with pytest.raises(gr.Error, match="The prompt is empty"):
         h.submit_prompt(ctx, None, "   ", *CONTROLS)
     assert ctx.store.list_sessions() == []
 

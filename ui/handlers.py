@@ -20,7 +20,7 @@ from pathlib import Path
 import gradio as gr
 
 from engine.config import FallbackConfig, SamplingConfig
-from engine.errors import DFlashError
+from engine.errors import DFlashError, PromptTooLongError, check_prompt_text
 
 from . import charts
 from .context import STORE_ERRORS, UIContext
@@ -87,7 +87,7 @@ def check_settings(ctx: UIContext, settings: dict, prompt=None, raw: bool = Fals
         try:
             engine.check_request(engine.encode(prompt, raw=raw), sampling)
         except DFlashError as exc:
-            raise gr.Error(str(exc)) from None
+            raise gr.Error(refusal_text(exc)) from None
     return sampling, FallbackConfig(enabled=settings["fallback"])
 
 
@@ -250,9 +250,14 @@ def search(ctx: UIContext, query: str, session_id: int | None):
     return session_list(ctx, session_id, query)
 
 
-def rename(ctx: UIContext, session_id: int | None, title: str, query: str = ""):
+def check_session_selected(session_id: int | None) -> None:
+    """Rename, Delete and Export need a session (see ``check_send`` for why it is an event of its own)."""
     if session_id is None:
         raise gr.Error("No session selected: send a message first.")
+
+
+def rename(ctx: UIContext, session_id: int | None, title: str, query: str = ""):
+    check_session_selected(session_id)
     try:
         ctx.store.rename_session(session_id, title)
     except STORE_ERRORS as exc:
@@ -262,8 +267,7 @@ def rename(ctx: UIContext, session_id: int | None, title: str, query: str = ""):
 
 
 def ask_delete(session_id: int | None):
-    if session_id is None:
-        raise gr.Error("No session selected.")
+    check_session_selected(session_id)
     return gr.Row(visible=True)
 
 
@@ -274,18 +278,30 @@ def confirm_delete(ctx: UIContext, session_id: int | None) -> dict:
             ctx.store.delete_session(session_id)
         except STORE_ERRORS as exc:
             raise gr.Error(f"Cannot delete: {exc}") from None
+        _note_pending_wipe(ctx)
     latest = ctx.store.list_sessions(limit=1)
     return {"confirm_row": gr.Row(visible=False), **session_view(ctx, latest[0]["id"] if latest else None)}
+
+
+def _note_pending_wipe(ctx: UIContext) -> None:
+    if getattr(ctx.store, "wipe_pending", False):
+        gr.Info("Deleted. Another program is reading the session database (the CLI?), so the text stays in its "
+                "write-ahead log until that read ends; it is wiped at the next delete or when the app closes.")
 
 
 def cancel_delete():
     return gr.Row(visible=False)
 
 
-def ask_delete_all(ctx: UIContext) -> dict:
+def check_any_session(ctx: UIContext) -> int:
     count = ctx.store.count_sessions()
     if count == 0:
         raise gr.Error("There are no sessions to delete.")
+    return count
+
+
+def ask_delete_all(ctx: UIContext) -> dict:
+    count = check_any_session(ctx)
     return {"confirm_all_row": gr.Row(visible=True),
             "confirm_all_text": (f"Delete **all {count} session{'s' * (count != 1)}** and their messages? "
                                  "They cannot be recovered: *Export* first to keep a copy.")}
@@ -300,12 +316,12 @@ def confirm_delete_all(ctx: UIContext) -> dict:
     except STORE_ERRORS as exc:
         raise gr.Error(f"Cannot delete: {exc}") from None
     gr.Info(f"Deleted {count} session{'s' * (count != 1)}.")
+    _note_pending_wipe(ctx)
     return {"confirm_all_row": gr.Row(visible=False), **session_view(ctx, None)}
 
 
 def export(ctx: UIContext, session_id: int | None):
-    if session_id is None:
-        raise gr.Error("No session selected.")
+    check_session_selected(session_id)
     document = ctx.store.export_session(session_id)
     title = re.sub(r"[^\w-]+", "-", ctx.store.get_session(session_id)["title"]).strip("-")[:40] or "session"
     folder = Path(tempfile.mkdtemp(prefix="dflash-export-"))
@@ -314,9 +330,8 @@ def export(ctx: UIContext, session_id: int | None):
     return gr.File(value=str(path), visible=True)
 
 
-def import_sessions(ctx: UIContext, upload) -> dict:
-    """Import an export file (one session or all): checked whole first, so a bad file writes
-    nothing; sessions already here are kept as they are. Shows the first imported session."""
+def check_import(ctx: UIContext, upload) -> tuple[Path, dict]:
+    """An import file is read and checked whole before anything is written (see ``check_send``)."""
     if upload is None:
         raise gr.Error("Choose an exported .json file to import.")
     path = Path(upload if isinstance(upload, str) else getattr(upload, "name", upload))
@@ -326,17 +341,38 @@ def import_sessions(ctx: UIContext, upload) -> dict:
         raise gr.Error(f"{path.name} is not an export file (not JSON: {exc}); nothing was imported.") from None
     except RecursionError:  # JSON nested thousands deep: no export looks like that
         raise gr.Error(f"{path.name} is not an export file (nested too deeply); nothing was imported.") from None
-    before = ctx.store.count_sessions()
     try:
-        session_ids = ctx.store.import_data(document)
+        sessions = ctx.store.check_document(document)
     except STORE_ERRORS as exc:
         raise gr.Error(f"{path.name} was not imported: {exc}") from None
-    if not session_ids:
+    if not sessions:
         raise gr.Error(f"{path.name} holds no sessions; nothing was imported.")
-    created = ctx.store.count_sessions() - before
-    gr.Info(f"Imported {len(session_ids)} session{'s' * (len(session_ids) != 1)} "
-            f"({created} new, {len(session_ids) - created} already here).")
-    return session_view(ctx, session_ids[0])
+    return path, document
+
+
+def import_sessions(ctx: UIContext, upload) -> dict:
+    """Import an export file (one session or all): checked whole first, so a bad file writes
+    nothing; a session already here gets the messages it lacks (``SessionStore.import_document``).
+    Shows the first imported session."""
+    path, document = check_import(ctx, upload)
+    try:
+        results = ctx.store.import_document(document)
+    except STORE_ERRORS as exc:
+        raise gr.Error(f"{path.name} was not imported: {exc}") from None
+    gr.Info(import_summary(results))
+    return session_view(ctx, results[0].session_id)
+
+
+def import_summary(results) -> str:
+    """'Imported 2 sessions: 1 new (4 messages), 1 with 2 new messages.' (what each did)."""
+    words = {"created": "new", "merged": "updated", "copied": "diverged, imported as a copy", "unchanged": "already up to date"}
+    parts = []
+    for outcome, word in words.items():
+        chosen = [r for r in results if r.outcome == outcome]
+        if chosen:
+            added = sum(r.added for r in chosen)
+            parts.append(f"{len(chosen)} {word}" + (f" (+{added} message{'s' * (added != 1)})" if outcome != "unchanged" else ""))
+    return f"Imported {len(results)} session{'s' * (len(results) != 1)}: {', '.join(parts)}."
 
 
 def save_settings(ctx: UIContext, session_id: int | None, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> None:
@@ -378,6 +414,14 @@ def _chat_prompt(messages: list[dict]) -> list[dict]:
             if m["kind"] == "chat" and m["role"] in ("user", "assistant") and m["content"]]
 
 
+def refusal_text(exc: Exception) -> str:
+    """A named engine refusal in words that fit the page."""
+    if isinstance(exc, PromptTooLongError):
+        return (f"{_sentence(str(exc))[:-1]}: the whole conversation is sent with each message. Shorten your "
+                "message or start a new session.")
+    return _sentence(str(exc))
+
+
 def _store_prompt(ctx: UIContext, session_id: int | None, text: str, kind: str, settings: dict) -> int:
     settings = {**settings, "model": ctx.engines.current_key}
     try:
@@ -393,14 +437,39 @@ def _store_prompt(ctx: UIContext, session_id: int | None, text: str, kind: str, 
     return session_id
 
 
+def _prompt_text(text) -> str:
+    """The one empty-prompt rule (engine.errors.check_prompt_text), with its shared message."""
+    try:
+        return check_prompt_text(text)
+    except DFlashError as exc:
+        raise gr.Error(_sentence(str(exc))) from None
+
+
+def _sentence(message: str) -> str:
+    return message[:1].upper() + message[1:] + ("" if message.endswith((".", "!", "?")) else ".")
+
+
+def check_send(ctx: UIContext, session_id: int | None, text: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
+    """Everything that can refuse a chat message, before anything is stored; returns the settings.
+    The page runs it as an event of its own without outputs, so a refusal is one toast and leaves
+    the page as it was (Gradio marks every output of an event that raises with an Error badge)."""
+    text = _prompt_text(text)
+    settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
+    history = _chat_prompt(_messages(ctx, session_id)) if session_id is not None else []
+    check_settings(ctx, settings, history + [{"role": "user", "content": text}])
+    return settings
+
+
+def _messages(ctx: UIContext, session_id: int) -> list[dict]:
+    try:
+        return ctx.store.get_messages(session_id)
+    except STORE_ERRORS:
+        raise gr.Error("This session was deleted (in another tab?); pick or start another one.") from None
+
+
 def submit_prompt(ctx: UIContext, session_id: int | None, text: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
     """Store the user's message (committed before generation starts) and show it (``SENT``)."""
-    text = text or ""
-    if not text.strip():
-        raise gr.Error("Type a message first.")
-    settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
-    history = _chat_prompt(ctx.store.get_messages(session_id)) if session_id is not None else []
-    check_settings(ctx, settings, history + [{"role": "user", "content": text}])
+    settings = check_send(ctx, session_id, text, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
     session_id = _store_prompt(ctx, session_id, text, "chat", settings)
     view = _stored_prompt_view(ctx, session_id)
     return {**view, "chat": view["chat"] + [PENDING], "chat_input": ""}
@@ -413,13 +482,17 @@ def _stored_prompt_view(ctx: UIContext, session_id: int) -> dict:
             "sessions": session_list(ctx, session_id), "title": ctx.store.get_session(session_id)["title"]}
 
 
-def submit_completion(ctx: UIContext, session_id: int | None, code: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
-    """Complete mode: store the code as a 'complete' prompt; the model continues it as raw text."""
-    code = code or ""
-    if not code.strip():
-        raise gr.Error("Write some code for the model to continue.")
+def check_completion(ctx: UIContext, session_id: int | None, code: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
+    """Everything that can refuse a Complete-mode prompt (see ``check_send``); returns the settings."""
+    code = _prompt_text(code)
     settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
     check_settings(ctx, settings, code, raw=True)
+    return settings
+
+
+def submit_completion(ctx: UIContext, session_id: int | None, code: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
+    """Complete mode: store the code as a 'complete' prompt; the model continues it as raw text."""
+    settings = check_completion(ctx, session_id, code, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
     session_id = _store_prompt(ctx, session_id, code, "complete", settings)
     return _stored_prompt_view(ctx, session_id)
 
@@ -479,20 +552,42 @@ def stop(ctx: UIContext, session_id: int | None) -> None:
     ctx.cancel(session_id)
 
 
-def regenerate(ctx: UIContext, session_id: int | None) -> dict:
-    """Drop the last reply so that ``respond`` answers the last user message again."""
+def check_regenerate(ctx: UIContext, session_id: int | None) -> list[dict]:
+    """What can refuse Regenerate (see ``check_send``); returns the user messages."""
     if session_id is None:
         raise gr.Error("No session selected.")
-    messages = ctx.store.get_messages(session_id)
+    messages = _messages(ctx, session_id)
     users = [m for m in messages if m["role"] == "user"]
     if not users:
         raise gr.Error("Nothing to regenerate yet.")
     if messages[-1]["role"] == "assistant" and messages[-1]["status"] == "streaming":
         raise gr.Error("A reply is still being generated: stop it first.")
+    return users
+
+
+def regenerate(ctx: UIContext, session_id: int | None) -> dict:
+    """Drop the last reply so that ``respond`` answers the last user message again."""
+    users = check_regenerate(ctx, session_id)
     ctx.store.delete_messages_after(session_id, users[-1]["seq"])
     ctx.mark_request(session_id)
     rows, ids = chat_history(ctx, session_id)
     return {"chat": rows + [PENDING], "msg_ids": ids}
+
+
+def check_edit(ctx: UIContext, session_id: int | None, message_ids: list[int], evt: gr.EditData) -> tuple:
+    """What can refuse an edit (see ``check_send``): (user messages, the edited one, its new text)."""
+    index = evt.index if isinstance(evt.index, int) else evt.index[0]
+    if session_id is None or not 0 <= index < len(message_ids):
+        raise gr.Error("That message is not in this session any more; reload the page.")
+    messages = _messages(ctx, session_id)
+    users = [m for m in messages if m["role"] == "user"]
+    edited = next((m for m in users if m["id"] == message_ids[index]), None)
+    if edited is None:
+        raise gr.Error("Only your own messages can be edited.")
+    text = _prompt_text(edited_text(evt.value, edited["kind"]))
+    if messages[-1]["role"] == "assistant" and messages[-1]["status"] == "streaming":
+        raise gr.Error("A reply is still being generated: stop it first.")
+    return users, edited, text
 
 
 def edit_message(ctx: UIContext, session_id: int | None, message_ids: list[int], evt: gr.EditData) -> dict:
@@ -501,19 +596,7 @@ def edit_message(ctx: UIContext, session_id: int | None, message_ids: list[int],
     The last user message is changed in place and answered again. An earlier one continues in a
     copy of the session up to that message (the original keeps everything after it: nothing a
     user typed is lost), and the page switches to the copy."""
-    index = evt.index if isinstance(evt.index, int) else evt.index[0]
-    if session_id is None or not 0 <= index < len(message_ids):
-        raise gr.Error("That message is not in this session any more; reload the page.")
-    messages = ctx.store.get_messages(session_id)
-    users = [m for m in messages if m["role"] == "user"]
-    edited = next((m for m in users if m["id"] == message_ids[index]), None)
-    if edited is None:
-        raise gr.Error("Only your own messages can be edited.")
-    text = edited_text(evt.value, edited["kind"])
-    if not text.strip():
-        raise gr.Error("The edited message is empty.")
-    if messages[-1]["role"] == "assistant" and messages[-1]["status"] == "streaming":
-        raise gr.Error("A reply is still being generated: stop it first.")
+    users, edited, text = check_edit(ctx, session_id, message_ids, evt)
     try:
         if edited["id"] == users[-1]["id"]:
             ctx.store.update_message(edited["id"], content=text)

@@ -10,6 +10,7 @@ complete-stop, teach.
 
 from __future__ import annotations
 
+import functools
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -182,14 +183,15 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
 
     # -- chat
     sent = outputs(*h.SENT)
-    sent_event = gr.on([c.chat_input.submit, c.send.click], sent.wrap(partial(h.submit_prompt, ctx)),
-                       [c.session, c.chat_input, *c.controls], sent.components, api_name="send")
+    sent_event = checked([c.chat_input.submit, c.send.click], partial(h.check_send, ctx),
+                         [c.session, c.chat_input, *c.controls]).success(
+        sent.wrap(partial(h.submit_prompt, ctx)), [c.session, c.chat_input, *c.controls], sent.components, api_name="send")
     then_respond(sent_event, api_name="respond")
     gr.on([c.stop.click, c.complete_stop.click], partial(h.stop, ctx), [c.session], None, queue=False,
           api_name="stop")
     pending = outputs("chat", "msg_ids")
-    regenerated = gr.on([c.regenerate.click, c.chat.retry], pending.wrap(partial(h.regenerate, ctx)), [c.session],
-                        pending.components, api_name="regenerate")
+    regenerated = checked([c.regenerate.click, c.chat.retry], partial(h.check_regenerate, ctx), [c.session]).success(
+        pending.wrap(partial(h.regenerate, ctx)), [c.session], pending.components, api_name="regenerate")
     then_respond(regenerated)
 
     def edit_message(session_id, message_ids, evt: gr.EditData):  # Gradio finds EditData by annotation
@@ -198,15 +200,20 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     def show_reply(message_ids, evt: gr.SelectData):
         return h.show_reply(ctx, message_ids, evt)
 
-    edited = c.chat.edit(view.wrap(edit_message), [c.session, c.msg_ids], view.components, api_visibility="undocumented")
+    def check_edit(session_id, message_ids, evt: gr.EditData):
+        h.check_edit(ctx, session_id, message_ids, evt)
+
+    edited = checked([c.chat.edit], check_edit, [c.session, c.msg_ids]).success(
+        view.wrap(edit_message), [c.session, c.msg_ids], view.components, api_visibility="undocumented")
     then_respond(edited)
     figures = outputs(*h.REPLY_FIGURES)
     c.chat.select(figures.wrap(show_reply), [c.msg_ids], figures.components, api_visibility="undocumented")
 
     # -- complete mode
     completed = outputs(*h.COMPLETED)
-    completed_event = c.complete.click(completed.wrap(partial(h.submit_completion, ctx)), [c.session, c.code, *c.controls],
-                                       completed.components, api_name="complete")
+    completed_event = checked([c.complete.click], partial(h.check_completion, ctx), [c.session, c.code, *c.controls]).success(
+        completed.wrap(partial(h.submit_completion, ctx)), [c.session, c.code, *c.controls], completed.components,
+        api_name="complete")
     then_respond(completed_event)
     _wire_sessions(ctx, c, outputs, view)
 
@@ -218,24 +225,38 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     c.model.input(picked.wrap(partial(h.pick_model, ctx)), [c.model], picked.components, api_name="pick_model")
 
 
+def checked(triggers: list, check, inputs):
+    """Run ``check`` first, as an event without outputs; chain the real handler with ``.success``.
+    A refusal is then one toast and the page stays exactly as it was: Gradio marks every output of
+    an event that raises with a red Error badge (the chat, the session list, the input box...)."""
+    @functools.wraps(check)  # keeps the signature: Gradio finds gr.EditData and friends by annotation
+    def run_check(*values):
+        check(*values)
+
+    return gr.on(triggers, run_check, inputs, None, api_visibility="undocumented")
+
+
 def _wire_sessions(ctx: UIContext, c: SimpleNamespace, outputs, view: Outputs) -> None:
     c.sessions.input(view.wrap(partial(h.select_session, ctx)), [c.sessions, c.search], view.components,
                      api_name="select_session")
     c.new_session.click(view.wrap(partial(h.new_session, ctx)), None, view.components, api_name="new_session")
     c.search.change(partial(h.search, ctx), [c.search, c.session], c.sessions, api_name="search_sessions")
-    gr.on([c.rename.click, c.title.submit], partial(h.rename, ctx), [c.session, c.title, c.search], c.sessions,
-          api_name="rename_session")
-    c.delete.click(h.ask_delete, [c.session], c.confirm_row, api_visibility="undocumented")
+    checked([c.rename.click, c.title.submit], h.check_session_selected, [c.session]).success(
+        partial(h.rename, ctx), [c.session, c.title, c.search], c.sessions, api_name="rename_session")
+    checked([c.delete.click], h.check_session_selected, [c.session]).success(
+        h.ask_delete, [c.session], c.confirm_row, api_visibility="undocumented")
     deleted = outputs("confirm_row", *h.SESSION_VIEW)
     c.confirm.click(deleted.wrap(partial(h.confirm_delete, ctx)), [c.session], deleted.components,
                     api_name="delete_session")
     c.cancel.click(h.cancel_delete, None, c.confirm_row, api_visibility="undocumented")
     asked = outputs("confirm_all_row", "confirm_all_text")
-    c.delete_all.click(asked.wrap(partial(h.ask_delete_all, ctx)), None, asked.components, api_visibility="undocumented")
+    checked([c.delete_all.click], partial(h.check_any_session, ctx), None).success(
+        asked.wrap(partial(h.ask_delete_all, ctx)), None, asked.components, api_visibility="undocumented")
     all_deleted = outputs("confirm_all_row", *h.SESSION_VIEW)
     c.confirm_all.click(all_deleted.wrap(partial(h.confirm_delete_all, ctx)), None, all_deleted.components,
                         api_name="delete_all_sessions")
     c.cancel_all.click(h.cancel_delete, None, c.confirm_all_row, api_visibility="undocumented")
-    c.export.click(partial(h.export, ctx), [c.session], c.export_file, api_name="export_session")
-    c.import_file.upload(view.wrap(partial(h.import_sessions, ctx)), [c.import_file], view.components,
-                         api_name="import_sessions")
+    checked([c.export.click], h.check_session_selected, [c.session]).success(
+        partial(h.export, ctx), [c.session], c.export_file, api_name="export_session")
+    checked([c.import_file.upload], partial(h.check_import, ctx), [c.import_file]).success(
+        view.wrap(partial(h.import_sessions, ctx)), [c.import_file], view.components, api_name="import_sessions")

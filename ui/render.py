@@ -19,6 +19,8 @@ from pygments.lexers import PythonLexer, get_lexer_by_name
 from pygments.token import STANDARD_TYPES
 from pygments.util import ClassNotFound
 
+from engine.errors import CONTEXT_FULL
+
 from .trace import ReplyTrace, Token
 
 PYGMENTS_STYLE = "default"
@@ -336,9 +338,18 @@ def assistant_markdown(content: str, status: str, trace: ReplyTrace | None = Non
         extras.append(reply_footer(trace, tokens or None))
     if status == "interrupted":
         extras.append('<span class="reply-note">⏹ stopped</span>')
+    if context_full(trace):
+        extras.append(f'<span class="reply-note context-full">⚠ {CONTEXT_FULL}: the reply stops here. '
+                      'Start a new session to go on (each message sends the whole conversation).</span>')
     if status == "error":
         extras.append(f'<span class="reply-error">⚠ error: {esc(error or "generation failed")}</span>')
     return body + ("\n\n" + " ".join(extras) if extras else "")
+
+
+def context_full(trace: ReplyTrace | None) -> bool:
+    """A reply the context window cut: live (the engine's Finished) or stored (its finish reason)."""
+    finished = (trace.finished if trace is not None else None) or {}
+    return bool(finished.get("context_full")) or finished.get("finish_reason") == "context_full"
 
 
 def user_markdown(content: str, kind: str = "chat") -> str:

@@ -15,6 +15,7 @@ from .errors import (
 )
 from .fields import ROLES, STATUSES
 from .paths import DB_PATH_ENV_VAR, default_db_path
+from .records import Message, Session
 from .store import SessionStore
 from .transfer import EXPORT_FORMAT, EXPORT_VERSION
 from .writer import ReplyWriter
@@ -26,10 +27,12 @@ __all__ = [
     "ROLES",
     "STATUSES",
     "ImportFormatError",
+    "Message",
     "MessageNotFound",
     "MigrationError",
     "ReplyWriter",
     "SaveFailed",
+    "Session",
     "SessionNotFound",
     "SessionStore",
     "StaleSessionError",

@@ -24,13 +24,6 @@ MESSAGE_EDITABLE_FIELDS = (
     ("status", "settings") + MESSAGE_TEXT_FIELDS + MESSAGE_OPTIONAL_TEXT_FIELDS
     + MESSAGE_INT_FIELDS + MESSAGE_REAL_FIELDS
 )
-# column order of a message dict, as returned by the store
-MESSAGE_COLUMNS = (
-    "id", "session_id", "seq", "role", "content", "status", "error", "kind", "model", "settings",
-    "created_at", "updated_at", "prompt_tokens", "new_tokens", "tokens_per_s", "mean_tau",
-    "prefill_ms", "decode_ms", "total_ms", "finish_reason",
-)
-SESSION_COLUMNS = ("id", "uuid", "title", "created_at", "updated_at", "model", "settings")
 
 
 def _is_int(value: Any) -> bool:

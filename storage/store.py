@@ -39,8 +39,6 @@ from .errors import (
     StoreError,
 )
 from .fields import (
-    MESSAGE_COLUMNS,
-    SESSION_COLUMNS,
     check_role,
     check_status,
     message_columns,
@@ -48,6 +46,7 @@ from .fields import (
     settings_to_json,
 )
 from .migrations import MIGRATIONS, Migration, applied_migrations, apply_migrations
+from .records import Message, Session
 from .transfer import EXPORT_FORMAT, EXPORT_VERSION, MESSAGE_KEYS, check_document
 from .writer import ReplyWriter
 
@@ -222,11 +221,8 @@ class SessionStore:
 
     # -- sessions --
 
-    def _session_from_row(self, row: dict) -> dict:
-        session = {column: row[column] for column in SESSION_COLUMNS}
-        session["settings"] = settings_from_json(row["settings"])
-        session["message_count"] = row["message_count"]
-        return session
+    def _session_from_row(self, row: dict) -> Session:
+        return Session.from_row(row, settings=settings_from_json(row["settings"]))
 
     _SESSION_SELECT = (
         "SELECT s.*, (SELECT count(*) FROM messages m WHERE m.session_id = s.id) AS message_count "
@@ -251,7 +247,7 @@ class SessionStore:
             raise ValueError(f"a session title must be a non-empty string, got {title!r}")
         return title.strip()
 
-    def list_sessions(self, limit: int | None = 200) -> list[dict]:
+    def list_sessions(self, limit: int | None = 200) -> list[Session]:
         """Sessions, most recently updated first, each with its ``message_count`` (``limit=None``: all)."""
         rows = self._query(
             f"{self._SESSION_SELECT} ORDER BY s.updated_at DESC, s.id DESC LIMIT ?", [-1 if limit is None else limit]
@@ -262,7 +258,7 @@ class SessionStore:
         """How many sessions there are."""
         return self._scalar("SELECT count(*) FROM sessions")
 
-    def search_sessions(self, query: str, limit: int | None = 200) -> list[dict]:
+    def search_sessions(self, query: str, limit: int | None = 200) -> list[Session]:
         """Sessions whose title or any message contains ``query`` (case-insensitive for ASCII)."""
         if not query.strip():
             return self.list_sessions(limit)
@@ -275,7 +271,7 @@ class SessionStore:
         )
         return [self._session_from_row(row) for row in rows]
 
-    def get_session(self, session_id: int) -> dict:
+    def get_session(self, session_id: int) -> Session:
         """One session with its ``message_count``; raises ``SessionNotFound``."""
         rows = self._query(f"{self._SESSION_SELECT} WHERE s.id = ?", [session_id])
         if not rows:
@@ -346,10 +342,8 @@ class SessionStore:
     # -- messages --
 
     @staticmethod
-    def _message_from_row(row: dict) -> dict:
-        message = {column: row[column] for column in MESSAGE_COLUMNS}
-        message["settings"] = settings_from_json(row["settings"])
-        return message
+    def _message_from_row(row: dict) -> Message:
+        return Message.from_row(row, settings=settings_from_json(row["settings"]))
 
     def add_message(
         self,
@@ -435,14 +429,14 @@ class SessionStore:
         self.get_message(message_id)  # fail here, not at the first flush
         return ReplyWriter(self, message_id, flush_interval_s)
 
-    def get_message(self, message_id: int) -> dict:
+    def get_message(self, message_id: int) -> Message:
         """One message; raises ``MessageNotFound``."""
         rows = self._query("SELECT * FROM messages WHERE id = ?", [message_id])
         if not rows:
             raise MessageNotFound(f"message {message_id} does not exist")
         return self._message_from_row(rows[0])
 
-    def get_messages(self, session_id: int) -> list[dict]:
+    def get_messages(self, session_id: int) -> list[Message]:
         """A session's messages in order; raises ``SessionNotFound``."""
         with self._lock:
             self.get_session(session_id)

@@ -7,7 +7,7 @@ import sys
 
 from engine.errors import CONTEXT_FULL
 
-from .options import add_fallback_options, add_model_options, add_sampling_options, engine_config, fallback_config, sampling_config
+from .options import add_fallback_options, add_model_options, add_sampling_options, fallback_config, open_engine, sampling_config
 
 # ANSI styles per origin (as in the app): accepted draft tokens green, the target's own tokens blue,
 # rejected drafts red, struck through and dim.
@@ -30,13 +30,22 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from engine.errors import PromptTooLongError, check_prompt_text
-    from engine.events import Cycle, Failed, Finished, Started, event_to_dict
-    from engine.runtime import Engine
+    from engine.errors import check_prompt_text
 
     prompt = check_prompt_text(sys.stdin.read() if args.prompt == "-" else args.prompt)  # before loading anything
     sampling = sampling_config(args)
-    engine = Engine.load(engine_config(args))
+    engine = open_engine(args)
+    try:
+        return generate_with(engine, args, prompt, sampling)
+    finally:
+        engine.close()  # stops a vLLM server this command started
+
+
+def generate_with(engine, args, prompt: str, sampling) -> int:
+    from engine.errors import PromptTooLongError
+    from engine.events import Cycle, Failed, Finished, Started, event_to_dict
+    from engine.interface import capabilities_of
+
     prompt_ids = engine.encode(prompt, raw=args.raw)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not args.json)
     out = sys.stdout
@@ -73,6 +82,7 @@ def run(args) -> int:
         "finish_note": CONTEXT_FULL if finished.context_full else "",
         "block_size": sampling.block_size or engine.block_size,
         "model": engine.name,
+        "engine": capabilities_of(engine).kind,
     }
     if args.json:
         if args.events:
@@ -86,6 +96,8 @@ def run(args) -> int:
             f"finish: {finished.reason}" + (f" ({CONTEXT_FULL})" if finished.context_full else ""),
             file=sys.stderr,
         )
+        if not capabilities_of(engine).rejected_drafts:
+            print(f"-- {capabilities_of(engine).rejected_note}", file=sys.stderr)
     return 0
 
 

@@ -59,13 +59,14 @@ def _add_app_options(parser) -> None:
 
 
 def app_config(args) -> AppConfig:
-    from .options import engine_config
+    from .options import engine_config, vllm_config
 
     return AppConfig(
         host=args.host, port=args.port, db_path=args.db, engine=engine_config(args), models_dir=args.models_dir,
         max_new_tokens=args.max_new_tokens, block_size=args.block_size, fallback=args.fallback,
         open_browser=not args.no_browser, auth=parse_auth(args.auth), allowed_hosts=tuple(args.allowed_host),
         api=ApiConfig(enabled=args.api, key=args.api_key or None, store=args.store_api),
+        vllm=vllm_config(args),
     ).validate()
 
 

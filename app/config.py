@@ -6,6 +6,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine.config import MAX_BLOCK_SIZE, EngineConfig
 from engine.errors import InvalidRequestError
@@ -68,6 +69,7 @@ class AppConfig:
     allowed_hosts: tuple[str, ...] = ()  # extra Host names to answer to (a reverse proxy, a LAN name)
     max_upload_mb: int = 32  # session imports; Gradio's default is no limit
     api: ApiConfig = field(default_factory=ApiConfig)
+    vllm: Any = None  # engine.vllm.VLLMConfig with --engine vllm; None: the local engine
 
     def validate(self) -> "AppConfig":
         if not is_loopback(self.host) and self.auth is None:

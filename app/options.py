@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from engine.config import PROPOSALS, EngineConfig, FallbackConfig, SamplingConfig
 
@@ -14,6 +15,24 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", help="cpu, cuda, cuda:1 … (default: cuda if available)")
     group.add_argument("--dtype", help="float32, bfloat16, float16 (default: bfloat16 on cuda, float32 on cpu)")
     group.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 for small models on CPU)")
+    add_engine_options(parser)
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("engine (vLLM: see README, 'Run on vLLM')")
+    group.add_argument("--engine", choices=["local", "vllm"], default="local",
+                       help="local: torch in this process (default); vllm: DFlash served by vLLM")
+    group.add_argument("--engine-url", metavar="URL", help="with --engine vllm: a running vLLM server "
+                       "(started with --per-request-spec-decode-metrics detailed --enable-per-request-metrics)")
+    group.add_argument("--engine-api-key", metavar="KEY", help="the API key of --engine-url")
+    group.add_argument("--engine-plain-url", metavar="URL", help="with --engine-url: a second server for the same "
+                       "target without a draft, for Compare and bench's plain runs")
+    group.add_argument("--vllm-python", metavar="PATH", help="vLLM's interpreter (default: the venv that "
+                       "scripts/install_vllm.sh builds)")
+    group.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM: GPUs per pipeline stage")
+    group.add_argument("--pipeline-parallel-size", type=int, default=1, help="vLLM: pipeline stages (nodes)")
+    group.add_argument("--vllm-args", action="append", default=[], metavar="'ARGS'",
+                       help="more arguments for the vLLM server, as one quoted string (repeatable)")
 
 
 def add_sampling_options(parser: argparse.ArgumentParser, max_new_tokens: int = 256) -> None:
@@ -43,6 +62,51 @@ def add_fallback_options(parser: argparse.ArgumentParser, default: bool = False)
 def engine_config(args) -> EngineConfig:
     return EngineConfig(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
                         threads=getattr(args, "threads", None))
+
+
+def vllm_config(args):
+    """The vLLM settings of ``--engine vllm`` (None for the local engine), checked at the edge."""
+    if getattr(args, "engine", "local") != "vllm":
+        return None
+    from engine.vllm import VLLMConfig
+
+    extra = tuple(part for chunk in args.vllm_args for part in shlex.split(chunk))
+    return VLLMConfig(
+        url=args.engine_url, api_key=args.engine_api_key, target=args.target, draft=args.draft,
+        block_size=block if (block := getattr(args, "block_size", None)) and block > 1 else None,
+        python=args.vllm_python, device=args.device, dtype=args.dtype,
+        tensor_parallel_size=args.tensor_parallel_size, pipeline_parallel_size=args.pipeline_parallel_size,
+        extra_args=extra, plain_url=args.engine_plain_url,
+    ).validate()
+
+
+def open_engine(args, progress=None):
+    """The engine the command line asks for: the local one, or vLLM (started, or at --engine-url)."""
+    config = vllm_config(args)
+    if config is None:
+        from engine.runtime import Engine
+
+        return Engine.load(engine_config(args), progress=progress)
+    from engine.vllm import VLLMEngine
+
+    return VLLMEngine.open(config, progress or StderrProgress())
+
+
+class StderrProgress:
+    """Start-up progress on stderr, at most every few seconds (a vLLM server takes a while)."""
+
+    def __init__(self, every_s: float = 5.0):
+        self.every_s = every_s
+        self.last = float("-inf")
+
+    def __call__(self, fraction: float, message: str) -> None:
+        import sys
+        import time
+
+        now = time.monotonic()
+        if now - self.last >= self.every_s or fraction >= 1.0:
+            self.last = now
+            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
 
 
 def sampling_config(args) -> SamplingConfig:

@@ -37,7 +37,10 @@ class ModelChoice:
 
 
 def model_catalog(config: AppConfig, embedded_dir: Path | None = None) -> list[ModelChoice]:
-    """The embedded pair, the pair given on the command line, and pairs in ``--models-dir``."""
+    """The embedded pair, the pair given on the command line, and pairs in ``--models-dir``;
+    with ``--engine-url`` only the model that vLLM server serves."""
+    if config.vllm is not None and config.vllm.url:
+        return [ModelChoice(f"vLLM at {config.vllm.url}", config.vllm.target, None, "vLLM server")]
     choices: list[ModelChoice] = []
     if config.engine.target:
         target = config.engine.target
@@ -68,10 +71,18 @@ def model_catalog(config: AppConfig, embedded_dir: Path | None = None) -> list[M
 Loader = Callable[[ModelChoice, Callable[[float, str], None]], Any]
 
 
-def engine_loader(base: EngineConfig) -> Loader:
-    """Loads a pair with the real engine (torch is imported only here, on the worker)."""
+def engine_loader(base: EngineConfig, vllm=None) -> Loader:
+    """Loads a pair with the local engine (torch is imported only here, on the worker), or with
+    vLLM when ``vllm`` (an ``engine.vllm.VLLMConfig``) is given: a server started for the pair,
+    or the one at its url."""
 
     def load(choice: ModelChoice, progress):
+        if vllm is not None:
+            from dataclasses import replace
+
+            from engine.vllm import VLLMEngine
+
+            return VLLMEngine.open(replace(vllm, target=choice.target, draft=choice.draft), progress)
         from engine.runtime import Engine
 
         config = EngineConfig(target=choice.target, draft=choice.draft, device=base.device, dtype=base.dtype,
@@ -79,6 +90,13 @@ def engine_loader(base: EngineConfig) -> Loader:
         return Engine.load(config, progress=progress)
 
     return load
+
+
+def close_engine(engine) -> None:
+    """Release what an engine holds (a vLLM server it started); engines without close() hold nothing."""
+    close = getattr(engine, "close", None)
+    if close is not None:
+        close()
 
 
 class EngineHost:
@@ -133,6 +151,7 @@ class EngineHost:
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        close_engine(self._engine)  # a vLLM server the Studio started stops with it
 
     def _load(self, key: str):
         def progress(fraction: float, message: str) -> None:
@@ -148,8 +167,10 @@ class EngineHost:
                 self._status = LoadStatus(state, 1.0, "", self._key or key, f"{key}: {reason}")
             raise
         with self._lock:
-            self._engine, self._key = engine, key
+            previous, self._engine, self._key = self._engine, engine, key
             self._status = LoadStatus("ready", 1.0, "ready", key, "")
+        if previous is not None and previous is not engine:
+            close_engine(previous)
         return engine
 
 
@@ -233,6 +254,6 @@ def build_context(config: AppConfig, *, store=None, loader: Loader | None = None
     if store is None:
         store = SessionStore(config.db_path or default_db_path())
     catalog = catalog if catalog is not None else model_catalog(config)
-    host = EngineHost(catalog, loader or engine_loader(config.engine))
+    host = EngineHost(catalog, loader or engine_loader(config.engine, config.vllm))
     defaults = Defaults(max_new_tokens=config.max_new_tokens, block_size=config.block_size, fallback=config.fallback)
     return UIContext(store=store, engines=host, defaults=defaults, flush_interval_s=config.flush_interval_s)

@@ -36,6 +36,17 @@ class Capabilities:
 
 
 LOCAL_CAPABILITIES = Capabilities()
+VLLM_CAPABILITIES = Capabilities(
+    kind="vllm", rejected_drafts=False, draft_top=False, block_size_choice=False, fallback=False, timings=False,
+    plain_decoding="a second vLLM server for the same target without a draft (the Studio starts it on first use)",
+    rejected_note="vLLM does not report rejected drafts (nor the draft's top-3): only the accepted drafts and the "
+                  "target's own tokens are shown",
+    block_size_note="vLLM fixes the block size when its server starts (num_speculative_tokens = block − 1); "
+                    "block 1 runs plain decoding on a server without a draft",
+    fallback_note="vLLM has no per-request fallback; its own dynamic option (num_speculative_tokens_per_batch_size "
+                  "in --speculative-config) is chosen when the server starts",
+)
+CAPABILITIES = {c.kind: c for c in (LOCAL_CAPABILITIES, VLLM_CAPABILITIES)}  # by the kind stored in settings
 
 
 @runtime_checkable

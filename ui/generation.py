@@ -19,9 +19,10 @@ from engine.config import FallbackConfig, SamplingConfig
 from engine.errors import DFlashError
 from engine.events import Cycle, Failed, Finished, Started, event_to_dict
 from engine.stops import with_stops
+from engine.interface import capabilities_of
 
 from .context import UIContext
-from .trace import ReplyTrace
+from .trace import ReplyTrace, engine_note
 
 DONE = object()
 
@@ -101,8 +102,12 @@ def _start_events(engine, request: GenerationRequest, cancel: threading.Event, o
 def _open_writer(ctx: UIContext, request: GenerationRequest, engine):
     if request.session_id is None:
         return UnsavedReply()
+    caps = capabilities_of(engine)
+    settings = dict(request.settings, engine=caps.kind)  # which engine made the reply
+    if not caps.fallback:
+        settings["fallback"] = False  # the engine has no per-request fallback: say what really ran
     message_id = ctx.store.start_reply(request.session_id, model=getattr(engine, "name", ""),
-                                       settings=request.settings, kind=request.kind)
+                                       settings=settings, kind=request.kind)
     return ctx.store.reply_writer(message_id, flush_interval_s=ctx.flush_interval_s)
 
 
@@ -131,8 +136,8 @@ def record_reply(ctx: UIContext, request: GenerationRequest, engine, cancel: thr
                     writer.set_content(event.text or text)
                     status = "interrupted" if event.reason == "cancelled" else "complete"
                     writer.finish(status, stats=event_to_dict(event))
-                elif isinstance(event, Failed):
-                    writer.finish("error", error=event.message)
+                elif isinstance(event, Failed):  # an engine that went away mid-reply leaves it interrupted
+                    writer.finish("interrupted" if event.interrupted else "error", error=event.message)
                 out.put(("event", event))
             if not writer.finished:  # the stream ended without Finished/Failed
                 writer.finish("interrupted")
@@ -147,7 +152,8 @@ def stream_reply(ctx: UIContext, request: GenerationRequest) -> Iterator[ReplyUp
     cancel = ctx.new_cancel(request.session_id)
     out: queue.Queue = queue.Queue()
     ctx.engines.submit(lambda engine: record_reply(ctx, request, engine, cancel, out))
-    trace = ReplyTrace()
+    engine = ctx.engines.engine
+    trace = ReplyTrace(engine_note=engine_note(capabilities_of(engine).kind) if engine is not None else "")
     update = ReplyUpdate(trace, "waiting")
     last_yield = 0.0
     try:
@@ -211,4 +217,4 @@ def _apply(update: ReplyUpdate, item: tuple) -> None:
         update.status = "interrupted" if trace.cancelled else "complete"
     elif isinstance(value, Failed):
         trace.error = value.message
-        update.status, update.note = "error", value.message
+        update.status, update.note = ("interrupted" if value.interrupted else "error"), value.message

@@ -21,6 +21,7 @@ import gradio as gr
 
 from engine.config import FallbackConfig, SamplingConfig
 from engine.errors import DFlashError, PromptTooLongError, check_prompt_text
+from engine.interface import capabilities_of
 
 from . import charts
 from .context import STORE_ERRORS, UIContext
@@ -38,7 +39,7 @@ SENT = ("session", "remembered", "chat", "msg_ids", "chat_input", "sessions", "t
 COMPLETED = ("session", "remembered", "chat", "msg_ids", "sessions", "title")
 STREAMED = ("chat", "msg_ids", "token_view", "stats", "acceptance_chart", "session_chart", "tau_histogram",
             "position_chart", "code")
-MODEL_STATUS = ("model_status", "timer")
+MODEL_STATUS = ("model_status", "timer", "block_size", "fallback", "show_rejected")  # the last three follow the engine
 LIVE = ("sessions", "chat", "msg_ids", "token_view", "stats", "acceptance_chart", "session_chart", "tau_histogram",
         "position_chart", "live_seen")
 PENDING = {"role": "assistant", "content": "…"}  # the reply bubble shown until the first block arrives
@@ -658,7 +659,23 @@ def model_status_html(ctx: UIContext) -> str:
 
 def poll_model(ctx: UIContext) -> dict:
     status = ctx.engines.status()
-    return {"model_status": model_status_html(ctx), "timer": gr.Timer(active=status.state == "loading")}
+    return {"model_status": model_status_html(ctx), "timer": gr.Timer(active=status.state == "loading"),
+            **engine_controls(ctx)}
+
+
+def engine_controls(ctx: UIContext) -> dict:
+    """Block size, fallback and show-rejected as the loaded engine can honour them: what it
+    cannot do is shown disabled, with the reason (vLLM fixes the block size at server start,
+    has no per-request fallback and never reports rejected drafts)."""
+    engine = ctx.engines.engine
+    if engine is None:
+        return {}
+    caps = capabilities_of(engine)
+    block = gr.Slider(interactive=caps.block_size_choice, info=None if caps.block_size_choice else caps.block_size_note)
+    fallback = (gr.Checkbox(interactive=True, info=None) if caps.fallback
+                else gr.Checkbox(interactive=False, value=False, info=caps.fallback_note))
+    rejected = gr.Checkbox(interactive=caps.rejected_drafts, info=None if caps.rejected_drafts else caps.rejected_note)
+    return {"block_size": block, "fallback": fallback, "show_rejected": rejected}
 
 
 def pick_model(ctx: UIContext, key: str) -> dict:
@@ -674,4 +691,4 @@ def pick_model(ctx: UIContext, key: str) -> dict:
         return {"model": gr.Dropdown(choices=ctx.engines.choices(), value=ctx.engines.current_key),
                 "model_status": model_status_html(ctx), "timer": gr.Timer(active=False)}
     gr.Info(f"Model {key} loaded.")
-    return {"model_status": model_status_html(ctx), "timer": gr.Timer(active=False)}
+    return {"model_status": model_status_html(ctx), "timer": gr.Timer(active=False), **engine_controls(ctx)}

@@ -241,6 +241,8 @@ def render_token_view(trace: ReplyTrace | None, mode: str = "chat", placeholder:
         tail = f'<div class="tv-error">⚠ generation failed: {esc(trace.error)}</div>'
     elif trace.cancelled:
         tail = '<div class="tv-note">⏹ stopped; the partial reply is kept</div>'
+    if trace.engine_note:
+        tail += f'<div class="tv-note tv-engine-note">ℹ {esc(trace.engine_note)}</div>'
     return f'<div class="tv">{legend_html()}<div class="tv-body">{"".join(out)}</div>{tail}</div>'
 
 
@@ -336,7 +338,9 @@ def assistant_markdown(content: str, status: str, trace: ReplyTrace | None = Non
     extras = []
     if trace is not None and (tokens or trace.new_tokens) and status != "streaming":  # figures once it ended
         extras.append(reply_footer(trace, tokens or None))
-    if status == "interrupted":
+    if status == "interrupted" and error:  # the engine went away mid-reply (a vLLM server died)
+        extras.append(f'<span class="reply-error">⚠ interrupted: {esc(error)} (the reply so far is kept)</span>')
+    elif status == "interrupted":
         extras.append('<span class="reply-note">⏹ stopped</span>')
     if context_full(trace):
         extras.append(f'<span class="reply-note context-full">⚠ {CONTEXT_FULL}: the reply stops here. '

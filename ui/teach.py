@@ -21,6 +21,8 @@ from functools import partial
 import gradio as gr
 import plotly.graph_objects as go
 
+from engine.interface import capabilities_of
+
 from . import analytics as an
 from .context import STORE_ERRORS, UIContext
 from .named import Outputs
@@ -28,6 +30,7 @@ from .render import esc
 from .teach_compare import Comparison, run_comparison, sampling_from_settings, stored_run
 from .teach_render import TEACH_CSS, compare_html, explainer_html, step_html
 from .teach_steps import TeachStep, build_steps, reply_numbers, reply_prompt
+from .trace import engine_note
 
 SPEEDS = (0.25, 4.0)  # cycles per second
 PLAY, PAUSE = "▶ Play", "❚❚ Pause"
@@ -81,7 +84,7 @@ def load_steps(ctx: UIContext, message_id: int | None) -> list[TeachStep]:
         cycles = ctx.store.get_cycles(int(message_id))
     except STORE_ERRORS:
         return []
-    return build_steps(message["content"] or "", cycles)
+    return build_steps(message["content"] or "", cycles, engine_note((message.get("settings") or {}).get("engine")))
 
 
 def _as_id(value) -> int | None:
@@ -292,10 +295,11 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
     def work(engine):
         if engine is None:
             raise RuntimeError("no model is loaded")
-        return run_comparison(engine, prompt, raw, settings, rerun_dflash, cancel), getattr(engine, "name", "")
+        return (run_comparison(engine, prompt, raw, settings, rerun_dflash, cancel), getattr(engine, "name", ""),
+                capabilities_of(engine).plain_decoding)
 
     try:
-        (plain, dflash), engine_name = ctx.engines.submit(work).result()
+        (plain, dflash), engine_name, method = ctx.engines.submit(work).result()
     except Exception as exc:  # noqa: BLE001 - shown to the user with its reason
         gr.Warning(f"Comparison failed: {exc}")
         yield {"compare_result": compare_html(None, f"Comparison failed: {exc}")}
@@ -313,7 +317,7 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
         note = " ".join(filter(None, [note, f"This reply was {message['status']} after {produced} tokens; "
                                              f"both runs were limited to {produced} tokens."]))
     comparison = Comparison(stored_run(message, cycles), plain, dflash, float(settings.get("temperature") or 0.0),
-                            note)
+                            note, method)
     yield {"compare_result": compare_html(comparison), "compare_chart": timeline_chart(comparison)}
 
 

@@ -96,6 +96,7 @@ class Comparison:
     dflash: Run | None  # DFlash re-run right after the plain run (None when it was skipped)
     temperature: float
     model_note: str = ""  # set when the reply was made by another model than the one loaded now
+    method: str = ""  # how the engine measured plain decoding (engine.interface.Capabilities.plain_decoding)
 
     @property
     def identical(self) -> bool:

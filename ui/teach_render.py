@@ -224,7 +224,8 @@ def step_html(step: TeachStep | None, note: str = "") -> str:
         f'<div class="teach-step" data-cycle="{step.index}">'
         f'<div class="teach-title" id="teach-title">{esc(title)}</div>'
         f'<div class="teach-card"><div id="teach-caption">{esc(caption(step))}</div></div>'
-        f'<div class="teach-card"><div class="teach-h">1 · context tail (the anchor outlined): what the draft is conditioned on</div>{context_html(step)}</div>'
+        + (f'<div class="teach-card teach-engine-note">ℹ {esc(step.engine_note)}</div>' if step.engine_note else '')
+        + f'<div class="teach-card"><div class="teach-h">1 · context tail (the anchor outlined): what the draft is conditioned on</div>{context_html(step)}</div>'
         f'<div class="teach-card"><div class="teach-h">2 · the block as the draft sees it: one forward pass fills every MASK</div>{block_html(step)}</div>'
         f'<div class="teach-card"><div class="teach-h">3 · the draft\'s proposals and the target\'s verdicts (✓ accepted · ✗ first mismatch · greyed: discarded · ★ bonus)</div>{slots_html(step)}</div>'
         f'<div class="teach-card"><div class="teach-h">4 · the draft\'s top-3 per slot</div>{heatmap_html(step)}</div>'
@@ -290,6 +291,8 @@ def compare_html(comparison: Comparison | None, note: str = "") -> str:
                f'{_fmt((c.dflash or c.stored).tokens_per_s)} tok/s'
                f'{" (re-run right after the plain run)" if c.dflash is not None else " (as stored)"}.</p>')
     extra = []
+    if c.method:
+        extra.append(f'<p class="cr-method" id="compare-method">Plain decoding measured with {esc(c.method)}.</p>')
     if c.model_note:
         extra.append(f'<p class="cr-warn">⚠ {esc(c.model_note)}</p>')
     if c.dflash_identical is False:

@@ -54,6 +54,7 @@ class TeachStep:
     fallback_changed: bool
     fallback_reason: str
     next_block_size: int | None
+    engine_note: str = ""  # what the engine that made the reply cannot report (vLLM: rejected drafts)
 
     @property
     def verdicts(self) -> list[str]:
@@ -158,8 +159,8 @@ def draft_slot_views(cycle: dict) -> list[SlotView]:
     return views
 
 
-def build_steps(content: str, cycles: list[dict]) -> list[TeachStep]:
-    """One step per cycle, in order."""
+def build_steps(content: str, cycles: list[dict], engine_note: str = "") -> list[TeachStep]:
+    """One step per cycle, in order; ``engine_note`` says what the engine did not report."""
     text = first_text(content, cycles)
     anchor_text = text  # the first anchor is the prefill token (the text before cycle 1)
     steps = []
@@ -188,6 +189,7 @@ def build_steps(content: str, cycles: list[dict]) -> list[TeachStep]:
             new_context_features=cycle.get("new_context_features"),
             fallback_state=str(fallback.get("state") or "fixed"), fallback_changed=bool(fallback.get("changed")),
             fallback_reason=str(fallback.get("reason") or ""), next_block_size=fallback.get("next_block_size"),
+            engine_note=engine_note,
         ))
         text += "".join(pieces)
         if pieces:

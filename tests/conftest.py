@@ -11,3 +11,26 @@ except ImportError:  # storage/UI-only environments
 
 if torch is not None:
     torch.set_num_threads(1)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def vllm_engine():
+    """ONE vLLM server (DFlash, the embedded pair) for every test that needs one; stopped at the end."""
+    from engine.vllm import VLLMEngine
+    from tests.vllm_support import vllm_test_config
+
+    engine = VLLMEngine.launch(vllm_test_config())
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def local_engine():
+    """The local engine on the same embedded pair (what vLLM's output is checked against)."""
+    from engine.config import EngineConfig
+    from engine.runtime import Engine
+
+    return Engine.load(EngineConfig())

@@ -296,11 +296,14 @@ class VLLMEngine:
             body["seed"] = sampling.seed
         return body
 
-    def server_gone(self, served: ServedModel, exc: Exception) -> EngineUnavailableError:
+    def server_gone(self, served: ServedModel, exc: Exception, mid_reply: bool) -> EngineUnavailableError:
+        """Why a request could not go on: the server this engine started died (with its log's
+        tail), or the one at the URL stopped answering."""
         server = self.plain_server if served is self.plain and self.plain_server else self.server
+        what = "stopped mid-reply:" if mid_reply else "is down:"
         if server is not None and not server.alive():
-            return server.died_error("stopped mid-reply:")
-        return EngineUnavailableError(f"the vLLM server at {served.endpoint.url} stopped answering "
+            return server.died_error(what)
+        return EngineUnavailableError(f"the vLLM server at {served.endpoint.url} {what.rstrip(':')} "
                                       f"({type(exc).__name__}: {exc})")
 
     def close(self) -> None:
@@ -344,7 +347,7 @@ class ReplyStream:
                         cancelled = True  # leaving the stream closes it: vLLM aborts the request
                         break
         except httpx.HTTPError as exc:
-            gone = self.engine.server_gone(self.served, exc)
+            gone = self.engine.server_gone(self.served, exc, mid_reply=bool(self.tokens))
             yield Failed(kind=type(gone).__name__, message=str(gone),
                          interrupted=bool(self.tokens))
             return

@@ -30,7 +30,8 @@ def default_vllm_python() -> Path:
 
 @dataclass(frozen=True)
 class VLLMConfig:
-    """Either ``url`` (a server someone started) or ``target`` + ``draft`` (the Studio starts one)."""
+    """Either ``url`` (a server someone started) or ``target`` + ``draft`` (the Studio starts one;
+    neither: the embedded pair)."""
 
     url: str | None = None  # e.g. http://127.0.0.1:8000 (with or without /v1)
     api_key: str | None = None
@@ -51,8 +52,6 @@ class VLLMConfig:
     plain_url: str | None = None  # a second server without speculation, for Compare and bench
 
     def validate(self) -> "VLLMConfig":
-        if not self.url and not self.target:
-            raise InvalidRequestError("vLLM needs --engine-url URL (a running server) or --target DIR (to start one)")
         if self.url and not self.url.startswith(("http://", "https://")):
             raise InvalidRequestError(f"--engine-url must start with http:// or https:// (got {self.url!r})")
         for name in ("tensor_parallel_size", "pipeline_parallel_size"):

@@ -1,0 +1,132 @@
+"""The Studio on vLLM in a real browser: the Studio starts a vLLM server (the CPU build, the
+embedded pair) as `dflash-studio serve --engine vllm` does; a chat streams coloured tokens, draws
+its charts and is stored with the engine named; a server killed mid-reply leaves a clear message,
+the reply kept as interrupted, and the Studio up."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from engine.config import SamplingConfig
+from engine.events import Finished
+
+from .conftest import ARTIFACTS, VIEWPORT, launch
+
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.slow]
+
+TOKENS = "#token-view .tok"
+LONG_CANDIDATES = ("Write a long Python module with many small helper functions and docstrings.",
+                   "Explain every Python built-in function, one paragraph each.",
+                   "def parse(text):\n")
+
+
+@pytest.fixture(scope="module")
+def vllm_app(tmp_path_factory):
+    from app.config import AppConfig
+    from app.wiring import build_studio
+    from tests.vllm_support import vllm_test_config
+
+    config = AppConfig(vllm=vllm_test_config(), open_browser=False, max_new_tokens=96, flush_interval_s=0.2,
+                       db_path=tmp_path_factory.mktemp("vllm-e2e") / "sessions.db")
+    studio = build_studio(config)
+    try:
+        studio.host.start().result(timeout=1200)  # the Studio starts the vLLM server itself
+        url = launch(studio)
+        yield studio, url
+    finally:
+        studio.close()  # stops the server it started
+    assert studio.host.engine.server is None or not studio.host.engine.server.alive()
+
+
+@pytest.fixture(scope="module")
+def vllm_page(browser, vllm_app):
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(vllm_app[1])
+    page.wait_for_selector("#chat-input textarea:not([disabled])")
+    page.wait_for_selector("#model-status[data-state='ready'], #model-status .ready")
+    yield page
+    context.close()
+
+
+def send(page, text: str) -> None:
+    page.fill("#chat-input textarea", text)
+    page.press("#chat-input textarea", "Enter")
+
+
+def test_a_chat_answered_by_vllm_streams_coloured_tokens_charts_and_is_stored(vllm_page, vllm_app):
+    studio, _ = vllm_app
+    page = vllm_page
+    assert "(vLLM)" in page.locator("#model-status").inner_text()
+    send(page, "Write a Python function that reverses a string.")
+    page.wait_for_function("document.querySelectorAll('#chat .reply-footer').length >= 1")
+    assert page.locator(f"{TOKENS}[data-origin='accepted']").count() > 0
+    assert page.locator(f"{TOKENS}[data-origin='bonus']").count() > 0
+    assert page.locator(f"{TOKENS}[data-origin='rejected']").count() == 0
+    assert "vLLM does not report rejected drafts" in page.locator("#token-view").inner_text()
+    page.wait_for_selector("#acceptance-chart .js-plotly-plot")
+    assert "mean τ" in page.locator("#stats").inner_text()
+    # what vLLM cannot do per request is shown disabled, with the reason
+    assert page.locator("#block-size input[type='number']").is_disabled()
+    assert page.locator("#fallback-toggle input").is_disabled()
+    assert "fixes the block size" in page.locator("#block-size").inner_text()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "vllm-chat.png"), full_page=True)
+
+    session = studio.store.list_sessions()[0]
+    reply = [m for m in studio.store.get_messages(session["id"]) if m["role"] == "assistant"][-1]
+    assert reply["status"] == "complete" and reply["model"].endswith("(vLLM)")
+    assert reply["settings"]["engine"] == "vllm" and reply["settings"]["fallback"] is False
+    cycles = studio.store.get_cycles(reply["id"])
+    assert cycles and 1 + sum(c["tau"] for c in cycles) == reply["new_tokens"]
+    assert all(c["rejected_pieces"] == [] for c in cycles)
+
+    page.click("#teach-button")  # teach mode replays it, saying what vLLM does not report
+    page.wait_for_selector("#teach .teach-engine-note")
+    assert "vLLM does not report rejected drafts" in page.locator("#teach .teach-engine-note").inner_text()
+    page.click("#chat-tab-button")
+
+
+def long_prompt(engine) -> str:
+    """A prompt the model answers at length (checked now: the embedded pair may be retrained)."""
+    for prompt in LONG_CANDIDATES:
+        ids = engine.encode(prompt, raw=prompt.startswith("def"))
+        events = list(engine.generate(ids, SamplingConfig(max_new_tokens=300)))
+        if isinstance(events[-1], Finished) and events[-1].reason == "length":
+            return prompt
+    pytest.fail("no candidate prompt gives a long reply: add one to LONG_CANDIDATES")
+
+
+def test_a_server_killed_mid_reply_keeps_the_reply_as_interrupted_and_the_studio_up(vllm_page, vllm_app):
+    studio, _ = vllm_app
+    page = vllm_page
+    engine = studio.host.engine
+    prompt = long_prompt(engine)
+    page.click("#new-session")
+    page.wait_for_function("!document.querySelector('#chat .message')")
+    slider = page.locator("#max-new-tokens input[type='number']")
+    slider.fill("900")
+    slider.press("Enter")
+    send(page, prompt)
+    page.wait_for_function(f"document.querySelectorAll('{TOKENS}').length >= 8")
+    os.killpg(engine.server.process.pid, signal.SIGKILL)  # vLLM dies mid-reply
+
+    page.wait_for_selector("#chat .reply-error", timeout=60_000)
+    message = page.locator("#chat .reply-error").last.inner_text()
+    assert "interrupted" in message and "vLLM server stopped mid-reply" in message
+    session = studio.store.list_sessions()[0]
+    reply = [m for m in studio.store.get_messages(session["id"]) if m["role"] == "assistant"][-1]
+    assert reply["status"] == "interrupted" and len(reply["content"]) > 0 and "vLLM" in reply["error"]
+    assert page.locator(f"{TOKENS}").count() >= 8  # the partial reply stays on screen
+
+    # the Studio stays up: the page answers, and the next request gets a clear message
+    send(page, "Are you still there?")
+    page.wait_for_function("document.querySelectorAll('#chat .reply-error').length >= 2", timeout=60_000)
+    assert "vLLM" in page.locator("#chat .reply-error").last.inner_text()
+    page.click("#new-session")
+    page.wait_for_function("!document.querySelector('#chat .message')")
+    page.screenshot(path=str(ARTIFACTS / "vllm-killed.png"), full_page=True)

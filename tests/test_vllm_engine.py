@@ -1,0 +1,127 @@
+"""vLLM as the Studio's second engine, for real: the CPU build serving DFlash with the embedded
+pair (one server for the whole run, the ``vllm_engine`` fixture). Every check compares with the
+local engine at run time, never with stored ids (the embedded pair may be retrained)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from engine.config import FallbackConfig, SamplingConfig
+from engine.errors import InvalidRequestError
+from engine.events import Cycle, Failed, Finished, Started
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPTS = [  # (prompt, raw): chat prompts through the template, and raw code prefixes
+    ("Write a Python function that reverses a string.", False),
+    ("Explain what a list comprehension is, with an example.", False),
+    ("How do I read a JSON file in Python?", False),
+    ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", True),
+    ("class Stack:\n    \"\"\"A simple last-in, first-out stack.\"\"\"\n\n    def __init__(self):\n", True),
+]
+GREEDY = SamplingConfig(max_new_tokens=64)
+
+
+def run(engine, prompt_ids, sampling=GREEDY, **kwargs):
+    events = list(engine.generate(prompt_ids, sampling, FallbackConfig(enabled=False), **kwargs))
+    failed = [e for e in events if isinstance(e, Failed)]
+    assert not failed, failed[0].message
+    return events
+
+
+@pytest.mark.parametrize("prompt, raw", PROMPTS, ids=[f"p{i}" for i in range(len(PROMPTS))])
+def test_greedy_token_ids_equal_the_local_engine(vllm_engine, local_engine, prompt, raw):
+    ids = vllm_engine.encode(prompt, raw=raw)
+    assert ids == local_engine.encode(prompt, raw=raw)
+    ours = run(local_engine, ids)[-1]
+    theirs = run(vllm_engine, ids)[-1]
+    assert isinstance(theirs, Finished)
+    assert list(theirs.token_ids) == list(ours.token_ids)
+    assert theirs.text == ours.text and theirs.reason == ours.reason
+
+
+@pytest.mark.parametrize("prompt, raw", PROMPTS[:3], ids=["p0", "p1", "p2"])
+def test_acceptance_lengths_are_consistent_with_the_emitted_tokens(vllm_engine, prompt, raw):
+    events = run(vllm_engine, vllm_engine.encode(prompt, raw=raw))
+    started, cycles, finished = events[0], [e for e in events if isinstance(e, Cycle)], events[-1]
+    assert isinstance(started, Started) and started.speculative and started.block_size == vllm_engine.block_size == 8
+    taus = list(finished.acceptance_lengths)
+    assert finished.cycles == len(taus) and 1 + sum(taus) == len(finished.token_ids)
+    assert all(1 <= tau <= vllm_engine.block_size for tau in taus)
+    if vllm_engine.merged_chunks == 0:  # chunks matched vLLM's per-step list: the cycles are exact
+        assert [c.tau for c in cycles] == taus
+    emitted = [started.first_token] + [t for c in cycles for t in c.emitted]
+    assert emitted == list(finished.token_ids)
+    assert started.first_text + "".join(c.emitted_text for c in cycles) == finished.text
+    for cycle in cycles:  # only what vLLM reports: accepted drafts and the target's own token
+        assert cycle.rejected == () and cycle.slots == ()
+        assert cycle.draft_tokens == cycle.emitted[: cycle.accepted]
+        assert cycle.origins().count("bonus") == (1 if cycle.bonus is not None else 0)
+    assert len(finished.per_position_acceptance) == vllm_engine.block_size - 1
+    assert all(0.0 <= p <= 1.0 for p in finished.per_position_acceptance)
+    assert finished.mean_acceptance_length > 1.5  # the embedded draft does draft (greedy τ ≈ 5 locally)
+    assert finished.tokens_per_s > 0 and finished.prefill_ms > 0
+
+
+def test_sampled_replies_add_up(vllm_engine):
+    """T > 0: vLLM verifies drafts by rejection sampling; the accounting holds all the same. (A seed
+    does not make vLLM's speculative replies repeatable: measured here, two runs with seed 7 differ.)"""
+    ids = vllm_engine.encode(PROMPTS[0][0])
+    finished = run(vllm_engine, ids, replace(GREEDY, temperature=0.8, top_p=0.95, seed=7, max_new_tokens=32))[-1]
+    assert isinstance(finished, Finished) and 1 + sum(finished.acceptance_lengths) == finished.new_tokens
+
+
+def test_stop_ends_the_reply_and_the_server_keeps_serving(vllm_engine):
+    ids = vllm_engine.encode(PROMPTS[1][0])
+    cancel = threading.Event()
+    events = []
+    for event in vllm_engine.generate(ids, replace(GREEDY, max_new_tokens=400), None, cancel):
+        events.append(event)
+        if isinstance(event, Cycle):
+            cancel.set()
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.reason == "cancelled" and finished.new_tokens < 400
+    assert isinstance(run(vllm_engine, ids)[-1], Finished)
+
+
+def test_bad_requests_are_refused_with_a_clear_message(vllm_engine):
+    ids = vllm_engine.encode(PROMPTS[0][0])
+    with pytest.raises(InvalidRequestError, match="fixes the block size"):
+        vllm_engine.generate(ids, replace(GREEDY, block_size=4))
+    with pytest.raises(InvalidRequestError, match="context window is 1024"):
+        vllm_engine.check_request(list(range(5, 1100)), GREEDY)
+    assert vllm_engine.check_request(ids, replace(GREEDY, max_new_tokens=5000)).max_new_tokens == 1024 - len(ids) - 1
+
+
+def test_generate_cli_through_a_running_server_prints_the_local_token_ids(vllm_engine, local_engine):
+    """The issue's done-when check, against the fixture's server (--engine-url)."""
+    prompt = "Write a function that checks whether a number is prime."
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "app.cli", "generate", "--engine", "vllm", "--engine-url",
+               vllm_engine.served.endpoint.url + "/v1", "--raw", "--json", "--temperature", "0",
+               "--max-new-tokens", "64", prompt]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    local = run(local_engine, local_engine.encode(prompt, raw=True))[-1]
+    assert summary["token_ids"] == list(local.token_ids)
+    assert summary["engine"] == "vllm" and summary["block_size"] == 8
+    assert 1 + sum(summary["acceptance_lengths"]) == len(summary["token_ids"])
+
+
+def test_a_dead_server_url_is_a_clear_error():
+    from engine.errors import EngineUnavailableError
+    from engine.vllm import VLLMConfig, VLLMEngine
+    from engine.vllm.server import free_port
+
+    with pytest.raises(EngineUnavailableError, match="cannot reach the vLLM server"):
+        VLLMEngine.open(VLLMConfig(url=f"http://127.0.0.1:{free_port()}"))

@@ -31,6 +31,9 @@ def register(subparsers) -> None:
                              "accepts, measure the cycle costs, and replay fixed blocks and the fallback policies on "
                              "them (expected τ and speedup of each, from one set of replies)")
     parser.add_argument("--save-runs", metavar="FILE.json", help="with --replay: also write the runs and costs")
+    parser.add_argument("--with-local", action="store_true",
+                        help="with --engine vllm: also run the local engine (plain and DFlash) on the same prompts, "
+                             "in the same run, and check that all four give the same greedy tokens")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.set_defaults(func=run)
 
@@ -51,17 +54,10 @@ def run(args) -> int:
                               temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                               seed=args.seed, proposal=args.proposal).validate()
     fallback = FallbackConfig(enabled=args.fallback, preset=args.fallback_preset)
-    engine = Engine.load(engine_config(args))
-
-    def progress(number, total, row):
-        print(f"[{number}/{total}] {row['name']:>12}: {row['tokens']:4d} tok  "
-              f"hf {row['hf_tokens_per_s']:7.1f}  block1 {row['block1_tokens_per_s']:7.1f}  "
-              f"dflash {row['dflash_tokens_per_s']:7.1f} tok/s  {row['speedup']:.2f}x  τ {row['mean_acceptance_length']:.2f}"
-              f"{'' if row['identical'] else '  DIFFERENT'}{'  LOOP' if row['loop'] else ''}"
-              f"{'  NOISY (plain paths disagree)' if row['plain_paths_disagree'] else ''}",
-              file=sys.stderr if args.json else sys.stdout, flush=True)
-
-    summary = bench(engine, prompts, sampling, fallback, progress)
+    if args.engine == "vllm":
+        summary = run_vllm(args, prompts, sampling)
+    else:
+        summary = bench(Engine.load(engine_config(args)), prompts, sampling, fallback, progress_printer(args))
     if args.json:
         print(json.dumps(summary, ensure_ascii=False))
         return 0
@@ -74,8 +70,44 @@ def run(args) -> int:
     print(f"speedup {summary['speedup']:.2f}x, mean τ {df['mean_acceptance_length']:.2f}, "
           f"identical greedy outputs {summary['identical']}/{summary['prompts']}, loops {summary['loops']}")
     print("per-position acceptance: " + " ".join(f"{p:.2f}" for p in df["per_position_acceptance"]))
-    print_spread(summary)
+    if summary.get("per_prompt_speedup"):
+        print_spread(summary)
+    if summary.get("local"):
+        local = summary["local"]
+        print(f"local engine, same prompts: plain {local['block1']['tokens_per_s']:.1f} tok/s, DFlash "
+              f"{local['dflash']['tokens_per_s']:.1f} tok/s ({local['speedup']:.2f}x, mean τ "
+              f"{local['dflash']['mean_acceptance_length']:.2f}); identical = all four runs gave the same tokens")
     return 0
+
+
+def progress_printer(args):
+    def progress(number, total, row):
+        hf = f"{row['hf_tokens_per_s']:7.1f}" if row["hf_tokens_per_s"] is not None else "    n/a"
+        local = (f"  local {row['local_block1_tokens_per_s']:6.1f}/{row['local_dflash_tokens_per_s']:6.1f}"
+                 if "local_dflash_tokens_per_s" in row else "")
+        print(f"[{number}/{total}] {row['name']:>12}: {row['tokens']:4d} tok  "
+              f"hf {hf}  block1 {row['block1_tokens_per_s']:7.1f}  "
+              f"dflash {row['dflash_tokens_per_s']:7.1f} tok/s  {row['speedup']:.2f}x  τ {row['mean_acceptance_length']:.2f}"
+              f"{local}{'' if row['identical'] else '  DIFFERENT'}{'  LOOP' if row['loop'] else ''}"
+              f"{'  NOISY (plain paths disagree)' if row.get('plain_paths_disagree') else ''}",
+              file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    return progress
+
+
+def run_vllm(args, prompts, sampling) -> dict:
+    """vLLM's plain server vs its DFlash server (and the local engine with --with-local)."""
+    from engine.runtime import Engine
+    from engine.vllm.bench import bench_vllm
+
+    from .options import open_engine
+
+    engine = open_engine(args)
+    try:
+        local = Engine.load(engine_config(args)) if args.with_local else None
+        return bench_vllm(engine, prompts, sampling, progress_printer(args), local)
+    finally:
+        engine.close()
 
 
 def print_spread(summary: dict) -> None:

@@ -255,5 +255,6 @@ def build_context(config: AppConfig, *, store=None, loader: Loader | None = None
         store = SessionStore(config.db_path or default_db_path())
     catalog = catalog if catalog is not None else model_catalog(config)
     host = EngineHost(catalog, loader or engine_loader(config.engine, config.vllm))
-    defaults = Defaults(max_new_tokens=config.max_new_tokens, block_size=config.block_size, fallback=config.fallback)
+    defaults = Defaults(max_new_tokens=config.max_new_tokens, block_size=config.block_size,
+                        fallback=config.fallback and config.vllm is None)  # vLLM has no per-request fallback
     return UIContext(store=store, engines=host, defaults=defaults, flush_interval_s=config.flush_interval_s)

@@ -125,3 +125,26 @@ def test_a_dead_server_url_is_a_clear_error():
 
     with pytest.raises(EngineUnavailableError, match="cannot reach the vLLM server"):
         VLLMEngine.open(VLLMConfig(url=f"http://127.0.0.1:{free_port()}"))
+
+
+def test_bench_and_compare_measure_plain_decoding_on_a_second_vllm_server(vllm_engine, local_engine):
+    """bench --engine vllm's fields are the local bench's; plain decoding runs on a vLLM server
+    without a draft (started here, once), and all four paths give the same greedy tokens."""
+    from engine.bench import BenchPrompt
+    from engine.vllm.bench import bench_vllm
+    from ui.teach_compare import run_comparison
+
+    prompts = [BenchPrompt(p, raw, f"p{i}") for i, (p, raw) in enumerate(PROMPTS[:2])]
+    summary = bench_vllm(vllm_engine, prompts, SamplingConfig(max_new_tokens=24), local=local_engine)
+    for key in ("model", "device", "block_size", "temperature", "max_new_tokens", "prompts", "identical", "loops",
+                "speedup", "ar", "hf_generate", "block1", "dflash", "per_prompt"):
+        assert key in summary, key
+    assert summary["identical"] == 2 and summary["engine"] == "vllm" and summary["hf_generate"] is None
+    assert summary["dflash"]["mean_acceptance_length"] > 1.5 and summary["block1"]["tokens_per_s"] > 0
+    assert summary["local"]["dflash"]["tokens_per_s"] > 0 and summary["ar"]["path"] == "vLLM without a draft"
+    assert vllm_engine.plain_server is not None and vllm_engine.plain_server.alive()
+
+    settings = {"max_new_tokens": 24, "temperature": 0.0, "block_size": 8}
+    plain, dflash = run_comparison(vllm_engine, PROMPTS[0][0], False, settings)
+    assert plain.error is None and dflash.error is None and plain.token_ids == dflash.token_ids
+    assert plain.mean_tau == 1.0 and dflash.mean_tau > 1.5

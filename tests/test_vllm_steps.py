@@ -74,3 +74,26 @@ def test_both_engines_implement_the_interface():
                        "decode", "check_request", "generate", "close"):
             assert hasattr(cls, member), (cls, member)
     assert {"generate", "check_request", "encode"} <= set(dir(EngineInterface))
+
+
+def test_engine_options_become_a_vllm_config_and_a_catalog():
+    from app.cli import build_parser
+    from app.cmd_serve import app_config
+    from app.options import vllm_config
+    from app.wiring import model_catalog
+
+    args = build_parser().parse_args([
+        "generate", "--engine", "vllm", "--engine-url", "http://gpu-box:8000/v1", "--engine-api-key", "k",
+        "--tensor-parallel-size", "4", "--pipeline-parallel-size", "2", "--vllm-args", "--gpu-memory-utilization 0.9",
+        "--vllm-args", "--seed 1", "--block-size", "1", "hi"])
+    config = vllm_config(args)
+    assert config.url == "http://gpu-box:8000/v1" and config.api_key == "k"
+    assert (config.tensor_parallel_size, config.pipeline_parallel_size) == (4, 2)
+    assert config.extra_args == ("--gpu-memory-utilization", "0.9", "--seed", "1")
+    assert config.block_size is None  # block 1 is plain decoding, not a server setting
+    assert vllm_config(build_parser().parse_args(["generate", "hi"])) is None
+
+    serve = app_config(build_parser().parse_args(["serve", "--no-browser", "--engine", "vllm", "--engine-url",
+                                                   "http://127.0.0.1:8000"]))
+    assert serve.vllm.url == "http://127.0.0.1:8000"
+    assert [c.key for c in model_catalog(serve)] == ["vLLM at http://127.0.0.1:8000"]

@@ -301,7 +301,7 @@ class VLLMEngine:
         tail), or the one at the URL stopped answering."""
         server = self.plain_server if served is self.plain and self.plain_server else self.server
         what = "stopped mid-reply:" if mid_reply else "is down:"
-        if server is not None and not server.alive():
+        if server is not None and server.exited():
             return server.died_error(what)
         return EngineUnavailableError(f"the vLLM server at {served.endpoint.url} {what.rstrip(':')} "
                                       f"({type(exc).__name__}: {exc})")

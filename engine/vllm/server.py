@@ -78,6 +78,17 @@ def log_tail(path: Path, lines: int = 25) -> str:
         return "(no log)"
 
 
+def die_with_parent() -> None:
+    """In the child before exec: Linux sends it SIGTERM when the thread that started it ends, so
+    a Studio killed without cleanup (SIGKILL, SIGTERM) leaves no vLLM server behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: close() and atexit still stop it
+        pass
+
+
 class VLLMServer:
     """One vLLM server process, in its own process group (vLLM forks an engine-core worker)."""
 
@@ -98,18 +109,30 @@ class VLLMServer:
             log.write(f"$ {' '.join(self.plan.argv)}\n".encode())
             log.flush()
             self.process = subprocess.Popen(self.plan.argv, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                                            stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                            preexec_fn=die_with_parent)
         atexit.register(self.stop)  # stopped with the Studio, however it ends its interpreter
         return self
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def exited(self, within_s: float = 3.0) -> bool:
+        """Whether the server process has ended, waiting up to ``within_s`` for it (a killed
+        server drops its connections a moment before its exit can be seen)."""
+        if self.process is None:
+            return True
+        try:
+            self.process.wait(timeout=within_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def died_error(self, what: str) -> EngineUnavailableError:
         code = self.process.poll() if self.process is not None else None
         status = f"exited with code {code}" if code is not None else "is not answering"
         return EngineUnavailableError(f"the vLLM server {what} {status}. Log {self.log_path}, last lines:\n"
-                                      f"{log_tail(self.log_path)}")
+                                      f"{log_tail(self.log_path, 5)}")
 
     def wait_ready(self, timeout_s: float, progress: Progress | None = None, poll_s: float = 0.5) -> None:
         """Poll /health until it answers 200; report progress with the log's last line."""

@@ -29,7 +29,8 @@ def vllm_app(tmp_path_factory):
     from app.wiring import build_studio
     from tests.vllm_support import vllm_test_config
 
-    config = AppConfig(vllm=vllm_test_config(), open_browser=False, max_new_tokens=96, flush_interval_s=0.2,
+    # long replies by default: the kill test must catch one mid-way (the chat test's prompt stops early)
+    config = AppConfig(vllm=vllm_test_config(), open_browser=False, max_new_tokens=800, flush_interval_s=0.2,
                        db_path=tmp_path_factory.mktemp("vllm-e2e") / "sessions.db")
     studio = build_studio(config)
     try:
@@ -95,7 +96,7 @@ def long_prompt(engine) -> str:
     """A prompt the model answers at length (checked now: the embedded pair may be retrained)."""
     for prompt in LONG_CANDIDATES:
         ids = engine.encode(prompt, raw=prompt.startswith("def"))
-        events = list(engine.generate(ids, SamplingConfig(max_new_tokens=300)))
+        events = list(engine.generate(ids, SamplingConfig(max_new_tokens=400)))
         if isinstance(events[-1], Finished) and events[-1].reason == "length":
             return prompt
     pytest.fail("no candidate prompt gives a long reply: add one to LONG_CANDIDATES")
@@ -108,11 +109,9 @@ def test_a_server_killed_mid_reply_keeps_the_reply_as_interrupted_and_the_studio
     prompt = long_prompt(engine)
     page.click("#new-session")
     page.wait_for_function("!document.querySelector('#chat .message')")
-    slider = page.locator("#max-new-tokens input[type='number']")
-    slider.fill("900")
-    slider.press("Enter")
+    assert page.locator("#max-new-tokens input[type='number']").input_value() == "800"
     send(page, prompt)
-    page.wait_for_function(f"document.querySelectorAll('{TOKENS}').length >= 8")
+    page.wait_for_function(f"document.querySelectorAll('{TOKENS}').length >= 2")
     os.killpg(engine.server.process.pid, signal.SIGKILL)  # vLLM dies mid-reply
 
     page.wait_for_selector("#chat .reply-error", timeout=60_000)
@@ -121,7 +120,7 @@ def test_a_server_killed_mid_reply_keeps_the_reply_as_interrupted_and_the_studio
     session = studio.store.list_sessions()[0]
     reply = [m for m in studio.store.get_messages(session["id"]) if m["role"] == "assistant"][-1]
     assert reply["status"] == "interrupted" and len(reply["content"]) > 0 and "vLLM" in reply["error"]
-    assert page.locator(f"{TOKENS}").count() >= 8  # the partial reply stays on screen
+    assert page.locator(f"{TOKENS}").count() >= 2  # the partial reply stays on screen
 
     # the Studio stays up: the page answers, and the next request gets a clear message
     send(page, "Are you still there?")

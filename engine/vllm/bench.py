@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..bench import BenchPrompt, PathTotals, count_positions, is_loop, run_dflash
+from ..acceptance import AcceptanceCounts
+from ..bench import BenchPrompt, PathTotals, run_dflash
 from ..config import SamplingConfig
 from ..errors import InvalidRequestError
 from ..events import Failed, Finished
+from ..repetition import is_loop
 
 
 def run_plain(engine, prompt_ids, sampling: SamplingConfig) -> Finished:
@@ -31,7 +33,7 @@ class SideBySide:
     rows: list[dict] = field(default_factory=list)
     paths: dict = field(default_factory=lambda: {name: PathTotals() for name in PATHS})
     taus: dict = field(default_factory=lambda: {"vllm_dflash": [], "local_dflash": []})
-    position_hits: list[list[int]] = field(default_factory=list)  # vLLM DFlash, per slot: [accepted, drafted]
+    positions: AcceptanceCounts = field(default_factory=AcceptanceCounts)  # vLLM DFlash
 
 
 PATHS = ("vllm_plain", "vllm_dflash", "local_plain", "local_dflash")
@@ -50,7 +52,8 @@ def measure_prompt(engine, local, item: BenchPrompt, sampling: SamplingConfig, r
     for name in ("vllm_dflash", "local_dflash"):
         if name in runs:
             result.taus[name].extend(runs[name].acceptance_lengths)
-    count_positions(result.position_hits, cycles)
+    for cycle in cycles:
+        result.positions.add(cycle.block_size, cycle.accepted, cycle.tau)
     plain, dflash = runs["vllm_plain"], runs["vllm_dflash"]
     ids_seen = {tuple(f.token_ids) for f in runs.values()}
     row = {
@@ -91,7 +94,7 @@ def summarize_vllm(result: SideBySide, sampling: SamplingConfig, engine, with_lo
     plain, df = paths["vllm_plain"], paths["vllm_dflash"]
     taus = result.taus["vllm_dflash"]
     dflash = dict(df, mean_acceptance_length=round(sum(taus) / len(taus), 4) if taus else 0.0,
-                  per_position_acceptance=[round(a / d, 4) if d else 0.0 for a, d in result.position_hits],
+                  per_position_acceptance=[round(p, 4) for p in result.positions.per_position_acceptance],
                   tau_histogram={str(t): taus.count(t) for t in range(1, engine.block_size + 1)})
     summary = {
         "model": engine.name, "engine": "vllm", "device": engine.info()["device"], "threads": None,

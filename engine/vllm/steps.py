@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..acceptance import AcceptanceCounts
 from ..events import Cycle, FallbackDecision
 
 
@@ -60,15 +61,9 @@ def acceptance_lengths(new_tokens: int, per_step_accepted: Sequence[int]) -> tup
 
 
 def per_position_acceptance(per_step_accepted: Sequence[int], per_step_drafted: Sequence[int]) -> tuple[float, ...]:
-    """P(slot j accepted | slot j drafted), j = 1.. (the local engine's definition)."""
-    rates = []
-    longest = max(per_step_drafted, default=0)
-    for j in range(1, longest + 1):
-        drafted = [a for a, d in zip(per_step_accepted, per_step_drafted) if d >= j]
-        if not drafted:
-            break
-        rates.append(sum(a >= j for a in drafted) / len(drafted))
-    return tuple(rates)
+    """P(slot j accepted | slot j drafted), j = 1.. (the one definition: engine.acceptance)."""
+    steps = ((drafted + 1, accepted, accepted + 1) for accepted, drafted in zip(per_step_accepted, per_step_drafted))
+    return tuple(AcceptanceCounts.of(steps).per_position_acceptance)
 
 
 def positions_from_cycles(cycles: Sequence[Cycle]) -> tuple[float, ...]:

@@ -55,6 +55,7 @@ def test_server_plan_speculates_with_block_minus_one_and_per_request_metrics():
     assert argv[-2:] == ["--seed", "3"] and plan.env["VLLM_CPU_KVCACHE_SPACE"]
     plain = plan_server(config, Path("/p"), EMBEDDED / "target", None, 8124, cpu=False, served_name="t")
     assert "--speculative-config" not in plain.argv and "--enforce-eager" not in plain.argv and plain.block_size == 1
+    assert "--per-request-spec-decode-metrics" not in plain.argv  # vLLM refuses it without speculation
 
 
 def test_config_is_checked_at_the_edge():

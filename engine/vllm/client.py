@@ -90,7 +90,7 @@ class ServedModel:
     block_size: int  # num_spec_tokens + 1; 1 for a server without speculation
 
 
-def describe_server(endpoint: Endpoint, wanted: str | None = None) -> ServedModel:
+def describe_server(endpoint: Endpoint, wanted: str | None = None, plain: bool = False) -> ServedModel:
     """Ask /v1/models for the model, then send a 2-token probe to learn whether the server
     speculates and reports per-request metrics (the Cycles are rebuilt from them)."""
     models = endpoint.get("/v1/models").get("data") or []
@@ -104,6 +104,8 @@ def describe_server(endpoint: Endpoint, wanted: str | None = None) -> ServedMode
     probe = endpoint.post("/v1/completions", {"model": endpoint.model, "prompt": "def", "max_tokens": 2,
                                               "temperature": 0})
     metrics = probe.get("metrics")
+    if metrics is None and plain:  # a server for plain decoding: nothing to rebuild, every step is one token
+        metrics = {}
     if metrics is None:
         raise EngineUnavailableError(
             f"the vLLM server at {endpoint.url} does not report per-request metrics: start it with "
@@ -196,7 +198,7 @@ class VLLMEngine:
             raise CheckpointError(f"{exc}. Pass --target DIR|REPO with the served model's tokenizer") from exc
         engine = cls(config, tokenizer, served, served.endpoint.model, stop_token_ids(tokenizer, target_dir))
         if config.plain_url:
-            engine.plain = describe_server(Endpoint.parse(config.plain_url, config.api_key))
+            engine.plain = describe_server(Endpoint.parse(config.plain_url, config.api_key), plain=True)
         report(1.0, "ready")
         return engine
 
@@ -262,7 +264,7 @@ class VLLMEngine:
                     "pass --engine-plain-url URL (DFlash and plain decoding cannot share one vLLM server)")
             self.plain_server = start_server(self.config, self.target_dir, None, self.served.endpoint.model,
                                              log_suffix="-plain")
-            self.plain = describe_server(Endpoint(self.plain_server.url))
+            self.plain = describe_server(Endpoint(self.plain_server.url), plain=True)
             return self.plain
 
     # ---------------------------------------------------------------- generation

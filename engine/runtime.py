@@ -23,7 +23,7 @@ from .weights import explain_failures
 class LocalEngine:
     def __init__(self, models: LoadedModels):
         self.models = models
-        self._costs: CycleCosts | None = None  # measured on first use (cycle_costs)
+        self._costs: CycleCosts | None = None  # set by measure_costs (the app calls it after loading)
         self._costs_lock = threading.Lock()
 
     @classmethod
@@ -86,8 +86,8 @@ class LocalEngine:
         sampling = self.check_request(prompt_ids, sampling)
         draft = self.models.draft if speculative else None
         max_block = sampling.block_size or self.block_size
-        # the chat's speed estimate (tau / cycle cost); the benchmark (no slot details) measures for real
-        steps = self.plain_steps(max_block) if draft is not None and slot_details and max_block > 1 else None
+        # for the chat's speed estimate (tau / cycle cost in plain steps), once costs are measured
+        steps = self.plain_steps(max_block) if draft is not None and max_block > 1 else None
         events = generate(
             self.models.target, draft, prompt_ids, sampling, tokenizer=self.tokenizer,
             stop_token_ids=self.models.stop_token_ids, fallback=fallback, cancel=cancel,
@@ -95,22 +95,25 @@ class LocalEngine:
         )
         return mark_context_full(explain_failures(events, self.models.device), self.models.context_window)
 
-    def cycle_costs(self, max_block: int) -> CycleCosts:
-        """Measured costs of a verify and a draft pass at the block sizes a reply up to
-        ``max_block`` uses (plain, the fallback's reduced block, the draft's, ``max_block``);
-        measured once (9 rounds at a 128-token context) and extended when a new size comes."""
-        sizes = {1, min(4, max_block), self.block_size, max_block}
+    def measure_costs(self, max_block: int | None = None) -> CycleCosts | None:
+        """Measure what a verify and a draft pass cost at the block sizes replies use (plain,
+        the fallback's reduced block, the draft's, up to ``max_block``, default twice the
+        draft's): 9 rounds at a 128-token context, about a second for the embedded pair. The
+        app does it once after loading; replies then carry ``Cycle.cost_in_plain_steps``."""
+        if self.models.draft is None:
+            return None
+        top = max_block or 2 * self.block_size
+        sizes = {1, min(4, top), min(self.block_size, top), top}
         with self._costs_lock:
-            known = self._costs
-            if known is None or not sizes <= set(known.verify_ms):
-                measured = measure(self.models, context=128, sizes=sorted(sizes | set(known.verify_ms if known else ())),
-                                   repeats=9)
-                self._costs = measured
+            self._costs = measure(self.models, context=128, sizes=sorted(sizes), repeats=9)
             return self._costs
 
-    def plain_steps(self, max_block: int) -> dict[int, float]:
-        """A cycle's cost in plain steps for every block 1..``max_block`` (measured costs)."""
-        costs = self.cycle_costs(max_block)
+    def plain_steps(self, max_block: int) -> dict[int, float] | None:
+        """A cycle's measured cost in plain steps for every block 1..``max_block`` (interpolated
+        between the measured sizes), or None before ``measure_costs``."""
+        costs = self._costs
+        if costs is None:
+            return None
         return {b: round(costs.plain_steps(b), 3) for b in range(1, max_block + 1)}
 
     @torch.inference_mode()

@@ -180,3 +180,20 @@ def test_generate_refuses_a_bad_request_when_called_before_any_event(pair):
     engine = engine_for(*pair[:2])
     with pytest.raises(InvalidRequestError, match="block_size must be between 1 and 16"):
         engine.generate(engine.encode("def f():", raw=True), SamplingConfig(block_size=17))  # not iterated
+
+
+def test_replies_carry_the_measured_cycle_cost_once_costs_are_measured(pair):
+    from engine.events import Cycle
+
+    engine = engine_for(*pair[:2])
+    ids = engine.encode("def add(a, b):", raw=True)
+
+    def costs_on_cycles():
+        return [e.cost_in_plain_steps for e in engine.generate(ids, SamplingConfig(max_new_tokens=12)) if isinstance(e, Cycle)]
+
+    assert set(costs_on_cycles()) == {None}  # nothing measured yet: no estimate rather than a guess
+    measured = engine.measure_costs()
+    assert set(measured.verify_ms) >= {1, engine.block_size} and measured.verify_ms[1] > 0
+    steps = engine.plain_steps(engine.block_size)
+    assert steps[1] == 1.0 and all(s > 0 for s in steps.values())
+    assert set(costs_on_cycles()) <= set(steps.values()) and None not in costs_on_cycles()

@@ -19,6 +19,7 @@ import hmac
 import json
 import re
 import secrets
+from urllib.parse import urlsplit
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +50,8 @@ from .config import ApiConfig
 
 API_PREFIX = "/v1"
 MAX_BODY_BYTES = 4 * 1024 * 1024
-ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
+ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 403: "invalid_request_error",
+               404: "invalid_request_error",
                405: "invalid_request_error", 413: "invalid_request_error", 503: "server_error"}
 
 
@@ -81,6 +83,12 @@ class ApiService:
     # ------------------------------------------------------------------ checks
     def refusal(self, headers: Headers) -> ApiError | None:
         """Why a request may not reach any /v1 route (checked before its body is read)."""
+        origin = headers.get("origin")
+        if origin is not None and urlsplit(origin.strip()).netloc.lower() != headers.get("host", "").lower():
+            # Editors and scripts send no Origin; a browser does, and only this server's own page may
+            # call the API from one (the server-wide guard lets other ports of this machine through).
+            return ApiError(403, f"requests from web pages of another origin ({origin}) are not accepted",
+                            code="cross_origin")
         if self.config.key is None and self.login_required:
             return ApiError(401, "This server requires a login (--auth); the API needs a key of its own: "
                                  "start it with --api-key KEY and send 'Authorization: Bearer KEY'.",

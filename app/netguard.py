@@ -216,7 +216,9 @@ async def _refuse(scope: Scope, send, status: int, message: str) -> None:
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
         return
-    body = json.dumps({"detail": message, "error": message}).encode()
+    # "error" in OpenAI's shape, so that /v1 clients read this refusal like any other API error
+    error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
+    body = json.dumps({"detail": message, "error": error}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

@@ -168,7 +168,7 @@ def test_stop_strings_end_the_reply_before_them(served, client, stream):
     ({"bogus_option": 1}, "bogus_option", "Unrecognized request argument"),
     ({"temperature": 3}, "temperature", "less than or equal to 2"),
     ({"max_tokens": 0}, "max_tokens", "greater than or equal to 1"),
-    ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "at most 4"),
+    ({"stop": [f"s{i}" for i in range(17)]}, "stop", "at most 16"),
     ({"messages": []}, "messages", "at least 1"),
     ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", "tool"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
@@ -397,3 +397,13 @@ def test_odd_paths_under_v1_still_get_openai_errors(served):
         response = httpx.get(served[2] + path)
         assert response.status_code in (404, 405), path
         assert response.json()["error"]["message"], path
+
+
+def test_browser_pages_of_other_origins_cannot_use_the_api(served):
+    url = served[2]
+    host = url.split("//", 1)[1]
+    for origin in ("http://localhost:3000", "http://127.0.0.1:1", "https://evil.example", "null"):
+        response = httpx.post(url + "/v1/chat/completions", json={"messages": HI}, headers={"Origin": origin})
+        assert response.status_code == 403 and response.json()["error"]["message"], origin  # OpenAI's shape
+    same = httpx.get(url + "/v1/models", headers={"Origin": f"http://{host}"})
+    assert same.status_code == 200  # the Studio page itself

@@ -24,7 +24,7 @@ def trace_of(reply: FakeReply, fallback: bool = True, block_size: int = 8) -> Re
         if isinstance(event, Started):
             trace.start(event.first_text, event.block_size, event.prefill_ms)
         elif isinstance(event, Cycle):
-            trace.add_cycle(event_to_dict(event))
+            trace.add_cycle(event)
         elif isinstance(event, Finished):
             trace.finished = event_to_dict(event)
     return trace

@@ -209,7 +209,7 @@ def _apply(update: ReplyUpdate, item: tuple) -> None:
     elif isinstance(value, Started):
         trace.start(value.first_text, value.block_size, value.prefill_ms)
     elif isinstance(value, Cycle):
-        trace.add_cycle(event_to_dict(value))
+        trace.add_cycle(value)
         update.cycles_added += 1
     elif isinstance(value, Finished):
         trace.finished = event_to_dict(value)

@@ -116,12 +116,8 @@ def _light_trace(rows: list[dict]) -> ReplyTrace:
     """A trace for figures only (no token texts) from ``session_cycle_series`` rows."""
     trace = ReplyTrace()
     for row in rows:
-        trace.add_cycle({
-            "index": row["index"], "block_size": row["block_size"], "accepted": row["accepted"], "tau": row["tau"],
-            "draft_ms": row["draft_ms"], "verify_ms": row["verify_ms"],
-            "fallback": {"state": row["fallback_state"], "changed": row["fallback_changed"],
-                         "next_block_size": row["next_block_size"]},
-        })
+        trace.add_cycle({**row, "fallback": {"state": row["fallback_state"], "changed": row["fallback_changed"],
+                                             "next_block_size": row["next_block_size"]}})
     return trace
 
 

@@ -1,16 +1,18 @@
 """``ReplyTrace``: what one reply's decoding did, token by token, built from the engine's events
 (live) or from stored cycle dicts (a past reply). The renderer and the charts read only this.
 
-Cycle data arrive as plain dicts (``event_to_dict(Cycle)`` or ``SessionStore.get_cycles``), so a
-live reply and a stored one go through the same code. Pure values, no gradio, no torch.
+A live reply's ``Cycle`` events and a stored reply's cycle dicts (``SessionStore.get_cycles``)
+both become ``TraceCycle``s, so they go through the same code. Pure values, no gradio, no torch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from engine.acceptance import AcceptanceCounts
+from engine.events import Cycle
 from engine.fallback import VERIFY_STEPS_PRIOR  # a B-token verify ~ this many plain steps, until measured
 from engine.interface import CAPABILITIES
 
@@ -42,6 +44,62 @@ class FallbackMark:
     reason: str
 
 
+@dataclass(frozen=True)
+class TraceCycle:
+    """What a trace needs of one cycle. Built from a live ``Cycle`` event (typed, nothing to
+    guess) or from a stored cycle dict, where older rows and figure-only rows may lack fields."""
+
+    index: int
+    block_size: int
+    accepted: int
+    tau: int
+    emitted_pieces: tuple[str, ...] = ()
+    rejected_pieces: tuple[str, ...] = ()
+    slot_probs: tuple[tuple[float | None, float | None], ...] = ()  # per draft slot: (draft p, target p)
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    cost_in_plain_steps: float | None = None
+    fallback_state: str = "fixed"
+    fallback_changed: bool = False
+    next_block_size: int | None = None
+    fallback_reason: str = ""
+
+    def probs(self, j: int) -> tuple[float | None, float | None]:
+        return self.slot_probs[j] if j < len(self.slot_probs) else (None, None)
+
+    @classmethod
+    def from_event(cls, cycle: Cycle) -> TraceCycle:
+        probs = tuple((float(slot.draft_top[0][2]) if slot.draft_top else None, slot.target_prob)
+                      for slot in cycle.slots)
+        f = cycle.fallback
+        return cls(cycle.index, cycle.block_size, cycle.accepted, cycle.tau, tuple(cycle.emitted_pieces),
+                   tuple(cycle.rejected_pieces), probs, cycle.draft_ms, cycle.verify_ms, cycle.cost_in_plain_steps,
+                   f.state, f.changed, f.next_block_size, f.reason)
+
+    @classmethod
+    def from_stored(cls, row: Mapping) -> TraceCycle:
+        """The one place that reads a stored cycle defensively."""
+        pieces = tuple(row.get("emitted_pieces") or ())
+        fallback = row.get("fallback") or {}
+        return cls(int(row["index"]), int(row["block_size"]), int(row["accepted"]), int(row.get("tau") or len(pieces)),
+                   pieces, tuple(row.get("rejected_pieces") or ()),
+                   tuple(_stored_probs(slot) for slot in row.get("slots") or ()),
+                   float(row.get("draft_ms") or 0.0), float(row.get("verify_ms") or 0.0),
+                   row.get("cost_in_plain_steps"), str(fallback.get("state") or "fixed"), bool(fallback.get("changed")),
+                   int(fallback["next_block_size"]) if fallback.get("next_block_size") else None,
+                   str(fallback.get("reason") or ""))
+
+
+def _stored_probs(slot) -> tuple[float | None, float | None]:
+    """(draft probability, target probability) of one stored draft slot."""
+    if not slot:
+        return None, None
+    top = slot.get("draft_top") or ()
+    draft_p = float(top[0][2]) if top and len(top[0]) >= 3 else None
+    target_p = slot.get("target_prob")
+    return draft_p, (float(target_p) if target_p is not None else None)
+
+
 @dataclass
 class ReplyTrace:
     """Accumulates one reply. ``tokens`` hold emitted AND rejected tokens in display order:
@@ -69,30 +127,28 @@ class ReplyTrace:
         if first_text:
             self.tokens.append(Token(first_text, "prefill", 0, 0, self.max_block_size))
 
-    def add_cycle(self, cycle: dict) -> None:
-        index, block, accepted = int(cycle["index"]), int(cycle["block_size"]), int(cycle["accepted"])
-        pieces = list(cycle.get("emitted_pieces") or [])
-        slots = list(cycle.get("slots") or [])
+    def add_cycle(self, cycle: Cycle | Mapping) -> None:
+        """One cycle: a live ``Cycle`` event, or a stored cycle dict (``SessionStore.get_cycles``)."""
+        c = TraceCycle.from_event(cycle) if isinstance(cycle, Cycle) else TraceCycle.from_stored(cycle)
+        index, block, accepted, pieces = c.index, c.block_size, c.accepted, c.emitted_pieces
         self.max_block_size = max(self.max_block_size, block)
         for j, piece in enumerate(pieces):
             if j < accepted:
-                self.tokens.append(Token(piece, "accepted", index, j + 1, block, *_probs(slots, j)))
-        for k, piece in enumerate(cycle.get("rejected_pieces") or []):
+                self.tokens.append(Token(piece, "accepted", index, j + 1, block, *c.probs(j)))
+        for k, piece in enumerate(c.rejected_pieces):
             j = accepted + k
-            self.tokens.append(Token(piece, "rejected", index, j + 1, block, *_probs(slots, j)))
+            self.tokens.append(Token(piece, "rejected", index, j + 1, block, *c.probs(j)))
         for j in range(accepted, len(pieces)):
             self.tokens.append(Token(pieces[j], "bonus", index, j + 1, block))
-        self.taus.append(int(cycle.get("tau") or len(pieces)))
+        self.taus.append(c.tau)
         self.block_sizes.append(block)
         self.accepted.append(accepted)
-        self.cycle_ms.append(float(cycle.get("draft_ms") or 0.0) + float(cycle.get("verify_ms") or 0.0))
-        steps = cycle.get("cost_in_plain_steps")
+        self.cycle_ms.append(c.draft_ms + c.verify_ms)
+        steps = c.cost_in_plain_steps
         self.cycle_steps.append(float(steps) if steps else (1.0 if block == 1 else None))
-        fallback = cycle.get("fallback") or {}
-        self.fallback_states.append(str(fallback.get("state") or "fixed"))
-        if fallback.get("changed"):
-            self.marks.append(FallbackMark(index, str(fallback.get("state") or ""),
-                                           int(fallback.get("next_block_size") or block), str(fallback.get("reason") or "")))
+        self.fallback_states.append(c.fallback_state)
+        if c.fallback_changed:
+            self.marks.append(FallbackMark(index, c.fallback_state, c.next_block_size or block, c.fallback_reason))
 
     @classmethod
     def from_stored(cls, content: str, cycles: list[dict], message: dict | None = None) -> "ReplyTrace":
@@ -188,14 +244,3 @@ class ReplyTrace:
             return float(self.finished["tokens_per_s"])
         decode_ms = sum(self.cycle_ms) + self.prefill_ms
         return self.new_tokens / (decode_ms / 1000) if decode_ms > 0 and self.new_tokens else None
-
-
-def _probs(slots: list, j: int) -> tuple[float | None, float | None]:
-    """(draft probability, target probability) of draft slot j (0-based in ``slots``)."""
-    if j >= len(slots) or not slots[j]:
-        return None, None
-    slot = slots[j]
-    top = slot.get("draft_top") or ()
-    draft_p = float(top[0][2]) if top and len(top[0]) >= 3 else None
-    target_p = slot.get("target_prob")
-    return draft_p, (float(target_p) if target_p is not None else None)

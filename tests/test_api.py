@@ -407,3 +407,45 @@ def test_browser_pages_of_other_origins_cannot_use_the_api(served):
         assert response.status_code == 403 and response.json()["error"]["message"], origin  # OpenAI's shape
     same = httpx.get(url + "/v1/models", headers={"Origin": f"http://{host}"})
     assert same.status_code == 200  # the Studio page itself
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_engine_failure_mid_reply_is_an_openai_error(served, client, stream):
+    studio, engine, _ = served
+    engine.enqueue(FakeReply("one two three four five six", accept=(1,), fail_after=2))
+    body = {"model": "fake-coder", "messages": [{"role": "user", "content": f"fail {stream}"}], "stream": stream}
+    if stream:
+        with httpx.stream("POST", served[2] + "/v1/chat/completions", json=body, timeout=30) as response:
+            events = sse_events(response)
+        assert events[-1] == "[DONE]" and "the fake engine broke on purpose" in events[-2]["error"]["message"]
+    else:
+        response = httpx.post(served[2] + "/v1/chat/completions", json=body, timeout=30)
+        assert response.status_code == 500
+        assert "the fake engine broke on purpose" in response.json()["error"]["message"]
+    reply = studio.store.get_messages(studio.store.list_sessions(limit=1)[0]["id"])[-1]
+    assert reply["status"] == "error" and reply["content"]  # the text before the failure is kept
+
+
+def test_stop_in_the_page_ends_an_api_reply(served):
+    studio, engine, url = served
+    engine.enqueue(FakeReply("tok " * 300, delay_s=0.03))
+    body = {"model": "fake-coder", "messages": [{"role": "user", "content": "stop me from the page"}],
+            "stream": True, "max_tokens": 600}
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=30) as response:
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")
+        session = studio.store.list_sessions(limit=1)[0]
+        assert studio.ctx.cancel(session["id"])  # what the page's Stop button does for the session shown
+        events = sse_events_from(lines)
+    final = events[-2]
+    assert final["choices"][0]["finish_reason"] == "stop" and final["dflash"]["cancelled"] is True
+    reply = studio.store.get_messages(session["id"])[-1]
+    assert reply["status"] == "interrupted" and len(reply["content"]) < len("tok " * 300)
+
+
+def sse_events_from(lines) -> list:
+    class Lines:
+        def iter_lines(self):
+            return lines
+
+    return sse_events(Lines())

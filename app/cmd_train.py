@@ -57,7 +57,7 @@ def run_target(args) -> int:
     train_target(args.out, args.tokenizer, work=args.work, corpus=args.corpus, shape=shape,
                  cfg=cfg, budget=_budget(args), seed=args.seed, threads=args.threads,
                  progress=not args.no_progress, init=args.init, unlikelihood=args.unlikelihood,
-                 train_from_layer=args.train_from_layer)
+                 train_from_layer=args.train_from_layer, data_mix=args.data)
     return 0
 
 
@@ -81,12 +81,45 @@ def run_draft(args) -> int:
     return 0
 
 
+def run_eval(args) -> int:
+    import json
+
+    from engine.loading import assets_dir, embedded_pair
+    from engine.training.evaluate import evaluate_target
+
+    target = args.target or embedded_pair()[0]
+    prompts = args.prompts or assets_dir() / "prompts" / "heldout_requests.jsonl"
+    report = evaluate_target(target, prompts, args.max_new_tokens, args.threads,
+                             log=(lambda _line: None) if args.json else print)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    summary = {k: v for k, v in report.items() if k != "replies"}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(format_eval_summary(summary))
+    return 0
+
+
+def format_eval_summary(s: dict) -> str:
+    return "\n".join([
+        f"target {s['target']} on {s['prompts']} ({s['seconds']} s, greedy, up to {s['max_new_tokens']} new tokens)",
+        f"chat requests: {s['chat_requests']}  parse + define a function/class {s['chat_parse_define_pct']} %  "
+        f"on topic {s['chat_on_topic_pct']} % (key word in the name: {s['chat_names_it_pct']} %)",
+        f"code prefixes: {s['code_prefixes']}  parse when closed {s['prefix_parses_closed_pct']} %  "
+        f"use the function's parameters {s['prefix_uses_params_pct']} %",
+        f"replies ending at a stop token {s['ended_pct']} %, loops {s['loops']}",
+    ])
+
+
 def register(subparsers) -> None:
     train = subparsers.add_parser("train", help="train the tokenizer, the target or a DFlash draft")
     sub = train.add_subparsers(dest="train_command", metavar="WHAT")
     _register_tokenizer(sub)
     _register_target(sub)
     _register_draft(sub)
+    _register_eval(sub)
     train.set_defaults(func=lambda args: (train.print_help() or 1))
 
 
@@ -117,6 +150,10 @@ def _register_target(sub) -> None:
                         "norm); the embedding, lm_head and lower layers stay bit-identical, so an existing "
                         "DFlash draft whose target layers all lie below keeps working")
     p.add_argument("--corpus", type=Path, default=None)
+    p.add_argument("--data", choices=("corpus", "requests"), default="corpus",
+                   help="corpus: raw source + docstring chat pairs (the base run); requests: request -> "
+                        "code fine-tuning data (simple tasks written as data, docstring pairs from the "
+                        "standard library and permissively licensed packages, raw code)")
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--intermediate", type=int, default=768)
@@ -173,3 +210,15 @@ def _register_draft(sub) -> None:
                         "of 8+ tokens (for targets whose greedy text loops; the held-out estimate of "
                         "tau then stops counting easy repetition)")
     p.set_defaults(func=run_draft)
+
+
+def _register_eval(sub) -> None:
+    p = sub.add_parser("eval", help="score a target's greedy replies to coding requests (held-out set)")
+    p.add_argument("--target", type=Path, default=None, help="target directory (default: the embedded one)")
+    p.add_argument("--prompts", type=Path, default=None,
+                   help="JSONL prompts (default: assets/prompts/heldout_requests.jsonl, never trained on)")
+    p.add_argument("--max-new-tokens", type=int, default=160)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out", type=Path, default=None, help="write the full report (every reply) as JSON")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run_eval)

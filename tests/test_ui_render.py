@@ -187,3 +187,25 @@ def test_speed_estimate_is_tau_over_the_measured_cycle_cost_and_says_why():
     slow.add_cycle({"index": 1, "block_size": 8, "accepted": 0, "emitted_pieces": ["x"], "draft_ms": 4.0, "verify_ms": 20.0,
                     "cost_in_plain_steps": 2.0})
     assert "speculation loses" in slow.speed_explanation()
+
+
+def test_bare_code_with_a_prose_docstring_is_one_code_block_in_chat_teach_and_analytics():
+    """Issue #17: a bare-code reply whose docstring is a long sentence rendered its def line and
+    docstring as prose (indentation lost) and the rest as a code block."""
+    from ui.analytics import code_mask, reply_kind
+    from ui.render import bare_code
+
+    reply = ('def reverse_string(text):\n    """Return the string that you get when you read the given text\n'
+             '    from its last character back to its first one, which is what reversing means.\n'
+             '    It works for any text, including the empty string and very long ones.\n    """\n'
+             '    return text[::-1]\n')
+    assert bare_code(reply)
+    markdown = assistant_markdown(reply, "complete")
+    assert markdown.startswith("```python\ndef reverse_string(text):\n    \"\"\"Return")
+    assert markdown.count("```") == 2  # one block, indentation kept inside it
+    assert "\n    return text[::-1]\n" in markdown.split("```")[1]
+    classes = syntax_classes(reply)  # teach mode colours the whole reply as code
+    assert classes[:3] == ["k", "k", "k"] and classes[reply.index("return ")] == "k"
+    assert reply_kind(reply) == "code" and all(code_mask(reply))
+    assert not bare_code("Reverse it with slicing: that is the usual way to do it in Python today.\n")
+    assert not bare_code("")

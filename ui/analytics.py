@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 
 from engine.acceptance import AcceptanceCounts
 
-from .render import code_share, fenced_blocks, looks_like_code_line
+from .render import bare_code, code_share, fenced_blocks, looks_like_code_line
 from .teach_steps import first_text
 from .token_classes import CLASSES, LABELS, ClassCounts, reply_token_classes
 
@@ -34,9 +34,10 @@ CODE_SHARE = 0.5  # a reply is code when at least half of its text is code
 
 def code_mask(text: str, mode: str = "chat", loose: bool = False) -> list[bool]:
     """Per character: inside a fenced code block (the fence lines included)? All of a
-    Complete-mode reply is code. With ``loose``, lines outside fences that look like code count
-    too (a small model often answers with bare code), and so do blank lines between them."""
-    if mode == "complete":
+    Complete-mode reply, and of a bare-code reply (no fences), is code. With ``loose``, lines
+    outside fences that look like code count too (a small model often answers with bare code),
+    and so do blank lines between them."""
+    if mode == "complete" or bare_code(text):
         return [True] * len(text)
     mask = [False] * len(text)
     for block in fenced_blocks(text):
@@ -87,7 +88,7 @@ def reply_kind(text: str, mode: str = "chat") -> str:
     """"code" or "prose". A Complete-mode reply continues code, so it is code."""
     if mode == "complete":
         return "code"
-    return "code" if code_share(text or "") >= CODE_SHARE else "prose"
+    return "code" if bare_code(text or "") or code_share(text or "") >= CODE_SHARE else "prose"
 
 
 # ---------------------------------------------------------------------------- figures

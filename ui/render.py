@@ -91,15 +91,24 @@ def code_share(text: str) -> float:
         pos = block.end
     outside.append(text[pos:])
     loose = 0
+    in_string = False  # inside a triple-quoted string (a docstring) opened on a code line
     for line in "\n".join(outside).splitlines():
-        if looks_like_code_line(line):
+        if in_string or looks_like_code_line(line):
             loose += len("".join(line.split()))
+            in_string ^= (line.count('"""') + line.count("'''")) % 2 == 1
     return min(1.0, (fenced + loose) / total)
 
 
+DEFINITION_START = re.compile(r"^\s*(?:(?:async\s+)?def\s+\w+\s*\(|class\s+\w+|@\w|import\s+\w|from\s+[\w.]+\s+import\b)")
+
+
 def bare_code(text: str) -> bool:
-    """A chat reply that is code without fences (what a small code model often writes)."""
-    return bool(text.strip()) and not FENCE.search(text) and code_share(text) >= 0.5
+    """A chat reply that is code without fences (what a small code model often writes): it
+    opens with a def/class/decorator/import line, or most of it reads like code."""
+    if not text.strip() or FENCE.search(text):
+        return False
+    first = next(line for line in text.splitlines() if line.strip())
+    return bool(DEFINITION_START.match(first)) or code_share(text) >= 0.5
 
 
 def esc(text: object) -> str:
@@ -135,10 +144,11 @@ def lex_into(code: str, language: str, offset: int, out: list, classify=lambda t
 
 
 def syntax_classes(text: str, mode: str = "chat") -> list[str]:
-    """One pygments short class per character ("" = no colour). In "complete" mode the whole
-    text is code; in "chat" mode only fenced code blocks are (prose stays uncoloured)."""
+    """One pygments short class per character ("" = no colour). In "complete" mode, and for a
+    bare-code chat reply, the whole text is code; otherwise only fenced code blocks are (prose
+    stays uncoloured)."""
     classes = [""] * len(text)
-    if mode == "complete":
+    if mode == "complete" or bare_code(text):  # a bare-code reply is one block of code
         lex_into(text, "python", 0, classes)
         return classes
     for block in fenced_blocks(text):

@@ -101,6 +101,16 @@ def build_streams(tokenizer, corpus: Path | None, seed: int) -> dict:
     return out
 
 
+def data_builder(data_mix: str):
+    """The stream builder for ``train target --data``."""
+    from .request_data import build_request_streams
+
+    builders = {"corpus": build_streams, "requests": build_request_streams}
+    if data_mix not in builders:
+        raise InvalidRequestError(f"--data must be one of {', '.join(builders)}, not {data_mix!r}")
+    return builders[data_mix]
+
+
 def sample_windows(stream: torch.Tensor, n: int, seq_len: int, gen: torch.Generator):
     if len(stream) <= seq_len:
         reps = seq_len // max(1, len(stream)) + 2
@@ -270,13 +280,15 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
                  cfg: TargetTrainConfig | None = None, budget: Budget | None = None,
                  seed: int = 0, threads: int | None = None, progress: bool = True,
                  init: Path | None = None, unlikelihood: Path | None = None,
-                 train_from_layer: int = 0, log=print) -> dict:
+                 train_from_layer: int = 0, data_mix: str = "corpus", log=print) -> dict:
     """Train from scratch, or fine-tune ``init`` (a saved target: its shape wins over ``shape``).
     ``unlikelihood``: a `train draft` work directory (or its train_sequences.pt) whose looping
     continuations get the unlikelihood term on top of the usual next-token loss.
     ``train_from_layer``: with ``init``, train only the decoder layers from this one up and the
     final norm; below it (and the tied embedding / lm_head) the target stays bit-identical, so a
-    DFlash draft that reads features from those layers keeps its inputs."""
+    DFlash draft that reads features from those layers keeps its inputs.
+    ``data_mix``: "corpus" (raw source + docstring chat pairs) or "requests" (request -> code
+    fine-tuning data, ``request_data.build_request_streams``)."""
     from .tokenizer import load_tokenizer
 
     out = Path(out)
@@ -287,7 +299,7 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
     gen = set_seed(seed)
     tokenizer = load_tokenizer(tokenizer_dir or init)
     jlog = JsonlLog(work / "log.jsonl")
-    data = _target_data(work / "data.pt", tokenizer, corpus, seed, log)
+    data = _target_data(work / "data.pt", tokenizer, corpus, seed, log, data_mix)
     jlog.write("data", **{k: len(v) for k, v in data.items()})
 
     torch.manual_seed(seed)
@@ -298,7 +310,8 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
         log(f"training layers {train_from_layer}..{model.config.num_hidden_layers - 1} and the final norm only "
             f"({sum(p.numel() for p in model.parameters() if p.requires_grad) / 1e6:.2f}M params)")
     n_params = sum(p.numel() for p in model.parameters())
-    sources = {"init": str(init) if init else None, "unlikelihood": str(unlikelihood) if unlikelihood else None}
+    sources = {"init": str(init) if init else None, "unlikelihood": str(unlikelihood) if unlikelihood else None,
+               "data": data_mix}
     run = _TargetRun(model, _adamw(model, cfg), gen, tokenizer, data, cfg, out, work / "checkpoint.pt", jlog, log,
                      meta={"kind": "target", "params": n_params, **sources, "shape": asdict(shape),
                            "train": asdict(cfg), "seed": seed},
@@ -315,12 +328,12 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
     return res
 
 
-def _target_data(path: Path, tokenizer, corpus: Path | None, seed: int, log) -> dict:
+def _target_data(path: Path, tokenizer, corpus: Path | None, seed: int, log, data_mix: str = "corpus") -> dict:
     """The token streams (built once, then read back on a resume)."""
     if path.exists():
         return torch.load(path, weights_only=True)
     t0 = time.time()
-    data = build_streams(tokenizer, corpus, seed)
+    data = data_builder(data_mix)(tokenizer, corpus, seed)
     save_checkpoint(path, data)
     log("data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in data.items()) + f" ({time.time() - t0:.0f} s)")
     return data

@@ -1,0 +1,253 @@
+"""Request -> code fine-tuning data for the tiny coder (`train target --data requests`).
+
+Three sources, all offline:
+- the simple tasks of ``task_families`` (written for this project), each request in several
+  phrasings ("Write a function that counts the vowels in a string.", "How do I count the vowels
+  in a string in Python?", ...);
+- docstring pairs from real code: module-level functions with a docstring in the standard
+  library and in a few permissively licensed packages installed here (``PACKAGES``, licence
+  checked against the installed metadata), the docstring's first line turned into a request;
+- raw code: the task solutions and those functions as plain source, plus standard-library files,
+  so that a raw prefix like ``def merge(a, b):`` is continued with a body that uses a and b.
+
+Chat examples use the app's template (``render_chat``): bare code replies that end at <|end|>."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.metadata
+import random
+import textwrap
+from pathlib import Path
+
+import torch
+
+# Packages whose source may be used (name -> the licence it must declare). A package that is not
+# installed, or whose metadata declares another licence, is skipped (and the skip is logged).
+PACKAGES = {
+    "click": "BSD-3-Clause", "jinja2": "BSD-3-Clause", "werkzeug": "BSD-3-Clause",
+    "pyparsing": "MIT", "attr": "MIT", "six": "MIT", "idna": "BSD-3-Clause",
+    "networkx": "BSD-3-Clause", "sortedcontainers": "Apache-2.0", "packaging": "Apache-2.0 OR BSD-2-Clause",
+    "requests": "Apache-2.0", "dateutil": "Apache-2.0 OR BSD-3-Clause", "pygments": "BSD-2-Clause",
+}
+DISTRIBUTIONS = {"attr": "attrs", "dateutil": "python-dateutil", "jinja2": "Jinja2", "pygments": "Pygments"}
+
+# {imp}: "count the vowels in a string"; {third}: "counts the vowels in a string"
+PHRASINGS = (
+    "{Imp}.", "{imp}", "Write a function that {third}.", "Write a Python function that {third}.",
+    "Write a Python function to {imp}.", "Write a function to {imp}.", "Create a function that {third}.",
+    "Implement a function that {third}.", "How do I {imp} in Python?", "I need a function to {imp}.",
+    "Python function to {imp}", "Define a function that {third}.", "Can you write a function that {third}?",
+    "Give me Python code to {imp}.", "Write code to {imp}.", "Please write a function that {third}.",
+)
+CLASS_PHRASINGS = ("{Imp}.", "{imp}", "Write Python code to {imp}.", "Please {imp}.", "Can you {imp}?",
+                   "{Imp} in Python.")
+MAX_DOC_FUNCTION_LINES = 25
+SYNTHETIC_PHRASINGS = 8  # distinct phrasings per task
+DOCSTRING_SHARE = 0.4  # of the chat tokens
+STDLIB_RAW_SHARE = 0.5  # of the raw tokens
+
+
+def third_person(imperative: str) -> str:
+    """'count the vowels' -> 'counts the vowels'; 'check ...' -> 'checks'; 'apply' -> 'applies'."""
+    verb, _, rest = imperative.partition(" ")
+    if verb.endswith(("s", "sh", "ch", "x", "z")):
+        verb += "es"
+    elif verb.endswith("y") and verb[-2:-1] not in "aeiou":
+        verb = verb[:-1] + "ies"
+    else:
+        verb += "s"
+    return f"{verb} {rest}".strip()
+
+
+def phrase(imperative: str, template: str) -> str:
+    return template.format(imp=imperative, Imp=imperative[:1].upper() + imperative[1:],
+                           third=third_person(imperative))
+
+
+def task_requests(task, n: int, rng: random.Random) -> list[str]:
+    templates = CLASS_PHRASINGS if task.code.startswith("class ") else PHRASINGS
+    return [phrase(task.request, t) for t in rng.sample(templates, min(n, len(templates)))]
+
+
+DOC_VERBS = {"return", "get", "set", "create", "convert", "check", "compute", "calculate", "make", "find",
+             "read", "write", "parse", "build", "add", "remove", "test", "count", "split", "join", "format",
+             "load", "save", "open", "close", "generate", "yield", "encode", "decode", "escape", "quote",
+             "unquote", "normalize", "strip", "replace", "sort", "merge", "copy", "update", "apply", "extract",
+             "determine", "construct", "print", "wrap", "match", "search", "insert", "delete", "validate",
+             "translate", "iterate", "collect", "filter", "map", "transform", "turn", "compare", "render"}
+
+
+def base_verb(word: str) -> str:
+    """'Returns' -> 'return', 'Matches' -> 'match', 'Applies' -> 'apply', 'Return' -> 'return'."""
+    verb = word.lower()
+    if verb.endswith("ies"):
+        return verb[:-3] + "y"
+    if verb.endswith("es") and verb[:-2].endswith(("sh", "ch", "x", "ss")):
+        return verb[:-2]
+    if verb.endswith("s") and not verb.endswith("ss"):
+        return verb[:-1]
+    return verb
+
+
+def docstring_request(doc_line: str, rng: random.Random) -> str:
+    """A user request from a docstring's first line ('Return the sum of ...' / 'Returns ...')."""
+    first, _, rest = doc_line.rstrip(".").partition(" ")
+    verb = base_verb(first)
+    if verb in DOC_VERBS and rest:
+        return phrase(f"{verb} {rest}", rng.choice(PHRASINGS))
+    return rng.choice(("Write a Python function: {d}", "{d}", "Write a function for this: {d}")).format(d=doc_line)
+
+
+def module_functions(source: str) -> list[tuple[str, str]]:
+    """(docstring first line, dedented source) of the top-level, public functions with a
+    docstring, short enough to be a reply."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    lines = source.splitlines()
+    out = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+            continue
+        doc = ast.get_docstring(node)
+        end = getattr(node, "end_lineno", None)
+        if not doc or end is None or end - node.lineno + 1 > MAX_DOC_FUNCTION_LINES:
+            continue
+        first = doc.strip().splitlines()[0].strip()
+        if 12 <= len(first) <= 120 and first[:1].isalpha():
+            out.append((first, textwrap.dedent("\n".join(lines[node.lineno - 1: end]))))
+    return out
+
+
+def package_licence(module: str) -> str | None:
+    """The installed distribution's declared licence (License-Expression, License or classifier)."""
+    try:
+        meta = importlib.metadata.metadata(DISTRIBUTIONS.get(module, module))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    text = " ".join(filter(None, [meta.get("License-Expression"), meta.get("License")]
+                           + [c for c in meta.get_all("Classifier") or [] if c.startswith("License")]))
+    return text or None
+
+
+def licence_matches(declared: str, expected: str) -> bool:
+    words = {"MIT": ("MIT",), "BSD": ("BSD",), "Apache": ("Apache",)}
+    families = [k for k in words if k in expected]
+    return any(any(w in declared for w in words[k]) for k in families)
+
+
+def package_roots(log=print) -> dict[str, tuple[Path, str]]:
+    """{module: (source directory, declared licence)} for the allowed packages installed here."""
+    import importlib.util
+
+    out = {}
+    for module, expected in PACKAGES.items():
+        spec = importlib.util.find_spec(module)
+        declared = package_licence(module)
+        if spec is None or not spec.submodule_search_locations or declared is None:
+            log(f"request data: package {module} not installed; skipped")
+            continue
+        if not licence_matches(declared, expected):
+            log(f"request data: package {module} declares {declared[:60]!r}, not {expected}; skipped")
+            continue
+        out[module] = (Path(list(spec.submodule_search_locations)[0]), declared)
+    return out
+
+
+def is_held(text: str, fraction: float = 0.03) -> bool:
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) % 10_000 < fraction * 10_000
+
+
+def docstring_examples(files: list[Path], rng: random.Random) -> tuple[list[str], list[str]]:
+    """(chat texts, raw function sources) from the module-level functions of these files."""
+    from .corpus import read_source
+    from .tokenizer import render_chat
+
+    chats, raws = [], []
+    for path in files:
+        for doc, code in module_functions(read_source(path)):
+            conv = [{"role": "user", "content": docstring_request(doc, rng)}, {"role": "assistant", "content": code}]
+            chats.append(render_chat(conv))
+            raws.append(code)
+    return chats, raws
+
+
+def synthetic_examples(rng: random.Random, phrasings: int = SYNTHETIC_PHRASINGS):
+    """{'train'|'held': (chat texts, raw sources)} from the task families; 3 % of the solutions
+    (by hash) are kept out for the held-out loss."""
+    from .task_families import all_tasks
+    from .tokenizer import render_chat
+
+    out = {"train": ([], []), "held": ([], [])}
+    seen_code = set()
+    for task in all_tasks():
+        chats, raws = out["held" if is_held(task.code) else "train"]
+        for request in task_requests(task, phrasings, rng):
+            chats.append(render_chat([{"role": "user", "content": request},
+                                      {"role": "assistant", "content": task.code}]))
+        if task.code not in seen_code:
+            seen_code.add(task.code)
+            raws.append(task.code + "\n")
+    return out
+
+
+def tokenize_stream(tokenizer, texts: list[str]) -> torch.Tensor:
+    ids: list[int] = []
+    if texts:
+        for seq in tokenizer(texts, add_special_tokens=False)["input_ids"]:
+            ids.extend(seq)
+            ids.append(tokenizer.eos_token_id)
+    return torch.tensor(ids, dtype=torch.int32)
+
+
+def mix(parts: list[tuple[list[str], float]], rng: random.Random) -> list[str]:
+    """Concatenate text lists, repeating or subsampling each to its share of the characters
+    (the first part is kept whole and sets the scale)."""
+    base_texts, base_share = parts[0]
+    total = sum(len(t) for t in base_texts) / max(base_share, 1e-9)
+    out = list(base_texts)
+    for texts, share in parts[1:]:
+        want, size = total * share, sum(len(t) for t in texts)
+        if not texts or size == 0:
+            continue
+        pool = list(texts)
+        rng.shuffle(pool)
+        reps = int(want // size)
+        out += pool * reps
+        rest = want - reps * size
+        for text in pool:
+            if rest <= 0:
+                break
+            out.append(text)
+            rest -= len(text)
+    rng.shuffle(out)
+    return out
+
+
+def build_request_streams(tokenizer, corpus: Path | None, seed: int, log=print) -> dict:
+    """The streams `train target` samples from ({raw,chat}_{train,held}), for request -> code."""
+    from .corpus import read_source, split_files
+
+    rng = random.Random(seed)
+    train_files, held_files = split_files(corpus)
+    synthetic = synthetic_examples(rng)
+    package_files = []
+    for module, (root, declared) in package_roots(log).items():
+        package_files += sorted(p for p in root.rglob("*.py") if "tests" not in p.parts and "test" not in p.parts)
+    doc_train = docstring_examples(train_files + package_files, rng)
+    doc_held = docstring_examples(held_files, rng)
+    stdlib_raw = [read_source(p) for p in rng.sample(train_files, len(train_files) // 3)]
+    streams = {}
+    for split, (doc_chat, doc_raw), raw_files in (("train", doc_train, stdlib_raw),
+                                                   ("held", doc_held, [read_source(p) for p in held_files[:8]])):
+        syn_chat, syn_raw = synthetic[split]
+        chat = mix([(syn_chat, 1.0 - DOCSTRING_SHARE), (doc_chat, DOCSTRING_SHARE)], rng)
+        raw = mix([(syn_raw * 3 + doc_raw, 1.0 - STDLIB_RAW_SHARE), (raw_files, STDLIB_RAW_SHARE)], rng)
+        streams[f"chat_{split}"] = tokenize_stream(tokenizer, chat)
+        streams[f"raw_{split}"] = tokenize_stream(tokenizer, raw)
+    log("request data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in streams.items())
+        + f"; {len(synthetic['train'][1])} task solutions, {len(doc_train[1])} docstring functions")
+    return streams

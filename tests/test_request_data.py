@@ -1,0 +1,106 @@
+"""The request -> code fine-tuning data (engine.training.task_families / request_data) and its
+held-out set (assets/prompts/heldout_requests.jsonl, never trained on)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from engine import code_metrics
+from engine.training import request_data
+from engine.training.task_families import all_tasks, function, sentence
+
+HELDOUT = Path(__file__).resolve().parents[1] / "assets" / "prompts" / "heldout_requests.jsonl"
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return all_tasks()
+
+
+def heldout_rows():
+    return [json.loads(line) for line in HELDOUT.read_text().splitlines() if line.strip()]
+
+
+def test_every_task_solution_parses_defines_one_thing_and_is_on_topic(tasks):
+    assert len(tasks) > 500 and len({t.family for t in tasks}) >= 6
+    for task in tasks:
+        tree = ast.parse(task.code)
+        assert len(tree.body) == 1 and code_metrics.definitions(tree), task.request
+        assert code_metrics.on_topic(task.request, task.code), task.request  # names carry the request's words
+
+
+def test_no_heldout_family_is_trained_on(tasks):
+    """Every held-out request has a key word that names no training task (its family is new, so
+    the held-out scores measure generalisation, not recall), no held-out prompt is a training
+    request, and no held-out code prefix continues a function trained on."""
+    train_names = {w for t in tasks for d in code_metrics.definitions(ast.parse(t.code))
+                   for w in code_metrics.split_identifier(d.name)}
+    requests = {t.request.lower() for t in tasks}
+    rows = heldout_rows()
+    assert sum(r["kind"] == "chat" for r in rows) >= 30 and sum(r["kind"] == "complete" for r in rows) >= 12
+    for row in rows:
+        if row["kind"] == "chat":
+            novel = [k for k in code_metrics.request_keywords(row["prompt"])
+                     if not any(code_metrics.same_word(k, w) for w in train_names)]
+            assert novel, row["name"]
+            assert row["prompt"].lower().rstrip(".") not in requests
+        else:
+            params = code_metrics.function_parameters(row["prompt"])
+            assert params, row["name"]
+            defined = row["prompt"].split("def ")[-1].split("(")[0]
+            assert defined not in train_names
+
+
+def test_phrasings_conjugate_the_verb_and_keep_the_request():
+    assert request_data.third_person("count the vowels") == "counts the vowels"
+    assert request_data.third_person("check whether") == "checks whether"
+    assert request_data.third_person("apply a rule") == "applies a rule"
+    assert request_data.phrase("reverse a string", "Write a function that {third}.") == \
+        "Write a function that reverses a string."
+    assert request_data.base_verb("Returns") == "return" and request_data.base_verb("Matches") == "match"
+    assert request_data.base_verb("Applies") == "apply" and request_data.base_verb("Process") == "process"
+
+
+def test_synthetic_examples_use_the_chat_template_and_end_replies(tasks):
+    split = request_data.synthetic_examples(random.Random(0), phrasings=2)
+    chats, raws = split["train"]
+    assert len(chats) > 900 and split["held"][0]  # a few solutions kept for the held-out loss
+    for text in chats[:50]:
+        assert text.startswith("<|user|>\n") and "<|end|>\n<|assistant|>\n" in text and text.endswith("<|end|>\n")
+        reply = text.split("<|assistant|>\n", 1)[1][: -len("<|end|>\n")]
+        assert code_metrics.defines_code(reply)
+    assert all(code_metrics.defines_code(r) for r in raws[:50])
+
+
+def test_docstring_pairs_are_short_public_module_functions():
+    source = ('def add(a, b):\n    """Return the sum of a and b."""\n    return a + b\n\n'
+              'def _hidden():\n    """Return nothing useful here."""\n\n'
+              'class K:\n    def m(self):\n        """Return the method result."""\n        return 1\n'
+              'def long():\n    """Return a very long function body."""\n' + "    x = 1\n" * 40)
+    pairs = request_data.module_functions(source)
+    assert [doc for doc, _ in pairs] == ["Return the sum of a and b."]
+    request = request_data.docstring_request("Returns the sum of a and b.", random.Random(1))
+    assert "sum of a and b" in request and "Returns" not in request
+
+
+def test_packages_are_used_only_under_the_licence_they_declare():
+    assert request_data.licence_matches("MIT License", "MIT")
+    assert request_data.licence_matches("License :: OSI Approved :: BSD License", "BSD-3-Clause")
+    assert not request_data.licence_matches("GPL-3.0-or-later", "MIT")
+    assert not request_data.licence_matches("License :: OSI Approved :: GNU General Public License", "BSD-3-Clause")
+
+
+def test_mix_keeps_the_first_part_and_scales_the_others():
+    rng = random.Random(0)
+    out = request_data.mix([(["aaaa"] * 10, 0.5), (["bb"] * 3, 0.5)], rng)
+    assert out.count("aaaa") == 10 and sum(len(t) for t in out if t == "bb") >= 40
+
+
+def test_helpers_write_plain_functions():
+    code = function("count_vowels", "s", 'return sum(c in "aeiou" for c in s)', sentence("count the vowels"))
+    assert code.splitlines()[1] == '    """Count the vowels."""' and code_metrics.defines_code(code)

@@ -331,11 +331,18 @@ def chat_markdown(text: str) -> str:
 def _escape_prose(text: str) -> str:
     out, pos = [], 0
     for match in INLINE_CODE.finditer(text):
-        out.append(html.escape(text[pos:match.start()], quote=False))
+        out.append(_inert(text[pos:match.start()]))
         out.append(match.group(0))
         pos = match.end()
-    out.append(html.escape(text[pos:], quote=False))
+    out.append(_inert(text[pos:]))
     return "".join(out)
+
+
+def _inert(prose: str) -> str:
+    """HTML escaped, and markdown images (``![alt](http://…)``, ``![alt][ref]``) kept as text:
+    an image makes the browser fetch its address, the classic way for a reply to leak the
+    conversation to a third party (the address can carry the data). Links stay: they need a click."""
+    return html.escape(prose, quote=False).replace("![", "!\\[")
 
 
 def assistant_markdown(content: str, status: str, trace: ReplyTrace | None = None, error: str | None = None,

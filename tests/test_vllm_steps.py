@@ -98,3 +98,20 @@ def test_engine_options_become_a_vllm_config_and_a_catalog():
                                                    "http://127.0.0.1:8000"]))
     assert serve.vllm.url == "http://127.0.0.1:8000"
     assert [c.key for c in model_catalog(serve)] == ["vLLM at http://127.0.0.1:8000"]
+
+
+def test_a_stored_vllm_reply_says_what_vllm_does_not_report():
+    from engine.events import event_to_dict
+    from ui.render import render_token_view
+    from ui.trace import ReplyTrace
+
+    cycles = [event_to_dict(steps.make_cycle(1, [5, 6, 7], ["a", "b", "c"], 2, 8, anchor=4, anchor_position=10,
+                                             elapsed_ms=3.0))]
+    vllm = ReplyTrace.from_stored("xabc", cycles, {"settings": {"engine": "vllm"}, "status": "complete"})
+    assert "vLLM does not report rejected drafts" in vllm.engine_note
+    assert vllm.estimated_speedup() is None  # no draft/verify timings: no cost-based estimate
+    html = render_token_view(vllm)
+    assert "vLLM does not report rejected drafts" in html and 'class="tok" data-origin="rejected"' not in html
+    assert html.count('class="tok" data-origin="accepted"') == 2
+    local = ReplyTrace.from_stored("xabc", cycles, {"settings": {"engine": "local"}, "status": "complete"})
+    assert local.engine_note == "" and local.measured_timings

@@ -22,7 +22,7 @@ from engine.stops import with_stops
 from engine.interface import capabilities_of
 
 from .context import UIContext
-from .trace import ReplyTrace, engine_note
+from .trace import ReplyTrace
 
 DONE = object()
 
@@ -153,7 +153,7 @@ def stream_reply(ctx: UIContext, request: GenerationRequest) -> Iterator[ReplyUp
     out: queue.Queue = queue.Queue()
     ctx.engines.submit(lambda engine: record_reply(ctx, request, engine, cancel, out))
     engine = ctx.engines.engine
-    trace = ReplyTrace(engine_note=engine_note(capabilities_of(engine).kind) if engine is not None else "")
+    trace = ReplyTrace.for_engine(capabilities_of(engine).kind if engine is not None else None)
     update = ReplyUpdate(trace, "waiting")
     last_yield = 0.0
     try:

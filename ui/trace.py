@@ -119,8 +119,15 @@ class ReplyTrace:
     error: str | None = None
     cancelled: bool = False
     engine_note: str = ""  # what the engine that made the reply cannot report (vLLM: rejected drafts)
+    measured_timings: bool = True  # False: the engine does not time draft and verify (vLLM): no cost-based estimate
 
     # ------------------------------------------------------------------ building
+    @classmethod
+    def for_engine(cls, kind: str | None) -> "ReplyTrace":
+        """An empty trace for a reply made by an engine of this kind (``local`` | ``vllm``)."""
+        capabilities = CAPABILITIES.get(kind or "local")
+        return cls(engine_note=engine_note(kind), measured_timings=capabilities is None or capabilities.timings)
+
     def start(self, first_text: str, block_size: int = 1, prefill_ms: float = 0.0) -> None:
         self.max_block_size = max(1, int(block_size or 1))
         self.prefill_ms = float(prefill_ms or 0.0)
@@ -156,7 +163,7 @@ class ReplyTrace:
         emitted = "".join("".join(c.get("emitted_pieces") or []) for c in cycles)
         first = content[: len(content) - len(emitted)] if emitted and content.endswith(emitted) else ""
         settings = (message or {}).get("settings") or {}
-        trace = cls(engine_note=engine_note(settings.get("engine")))
+        trace = cls.for_engine(settings.get("engine"))
         trace.start(first, max([c["block_size"] for c in cycles] + [int(settings.get("block_size") or 1)]),
                     (message or {}).get("prefill_ms") or 0.0)
         for cycle in cycles:
@@ -219,7 +226,7 @@ class ReplyTrace:
         steps = self.cost_in_plain_steps()
         if self.taus and steps:
             return (sum(self.taus) / len(self.taus)) / steps
-        if not self.taus or sum(self.cycle_ms) <= 0:
+        if not self.taus or sum(self.cycle_ms) <= 0 or not self.measured_timings:
             return None
         plain = [ms for ms, b in zip(self.cycle_ms, self.block_sizes) if b == 1]
         if plain:

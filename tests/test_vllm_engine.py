@@ -137,7 +137,8 @@ def test_bench_and_compare_measure_plain_decoding_on_a_second_vllm_server(vllm_e
     prompts = [BenchPrompt(p, raw, f"p{i}") for i, (p, raw) in enumerate(PROMPTS[:2])]
     summary = bench_vllm(vllm_engine, prompts, SamplingConfig(max_new_tokens=24), local=local_engine)
     for key in ("model", "device", "block_size", "temperature", "max_new_tokens", "prompts", "identical", "loops",
-                "speedup", "ar", "hf_generate", "block1", "dflash", "per_prompt"):
+                "speedup", "ar", "hf_generate", "block1", "dflash", "per_prompt", "per_prompt_speedup",
+                "per_prompt_tau", "plain_paths_disagree"):
         assert key in summary, key
     assert summary["identical"] == 2 and summary["engine"] == "vllm" and summary["hf_generate"] is None
     assert summary["dflash"]["mean_acceptance_length"] > 1.5 and summary["block1"]["tokens_per_s"] > 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..acceptance import AcceptanceCounts
-from ..bench import BenchPrompt, PathTotals, run_dflash
+from ..bench import BenchPrompt, PathTotals, run_dflash, spread
 from ..config import SamplingConfig
 from ..errors import InvalidRequestError
 from ..events import Failed, Finished
@@ -64,6 +64,7 @@ def measure_prompt(engine, local, item: BenchPrompt, sampling: SamplingConfig, r
         "mean_acceptance_length": round(dflash.mean_acceptance_length, 3),
         "per_position_acceptance": [round(p, 3) for p in dflash.per_position_acceptance],
         "identical": len(ids_seen) == 1, "loop": is_loop(list(dflash.token_ids)), "finish_reason": dflash.reason,
+        "plain_paths_disagree": False,
     }
     if local is not None:
         row["local_block1_tokens_per_s"] = round(runs["local_plain"].tokens_per_s, 3)
@@ -104,6 +105,9 @@ def summarize_vllm(result: SideBySide, sampling: SamplingConfig, engine, with_lo
         "speedup": round(df["tokens_per_s"] / plain["tokens_per_s"], 3) if plain["tokens_per_s"] else 0.0,
         "ar": dict(plain, path="vLLM without a draft"), "hf_generate": None, "block1": plain, "dflash": dflash,
         "per_prompt": result.rows,
+        "per_prompt_speedup": spread([r["speedup"] for r in result.rows]),
+        "per_prompt_tau": spread([r["mean_acceptance_length"] for r in result.rows]),
+        "plain_paths_disagree": [],  # one plain path on vLLM: nothing to disagree with
     }
     if with_local:
         local_taus = result.taus["local_dflash"]

@@ -77,7 +77,7 @@ def test_show_rejected_hides_and_shows_the_rejected_drafts(page, fake_app):
 
 def test_stop_ends_a_long_reply_and_keeps_the_partial_text(page, fake_app):
     studio, engine, _ = fake_app
-    engine.enqueue(FakeReply(" ".join(f"word{i}" for i in range(600)), accept=(1,), fallback_at={}))
+    engine.enqueue(FakeReply(" ".join(f"word{i}" for i in range(600)), accept=(1,), fallback_at={}, delay_s=0.1))
     send(page, "a very long answer please")
     page.wait_for_function(f"document.querySelectorAll('{TOKENS}').length > 20")
     page.click("#stop")

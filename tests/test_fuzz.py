@@ -34,6 +34,7 @@ from gradio.exceptions import Error as GradioError  # noqa: E402
 from gradio_client import Client, handle_file  # noqa: E402
 
 from tests.fake_engine import FakeEngine, fake_studio  # noqa: E402
+from tests.figures import record_figure  # noqa: E402
 
 EXAMPLES = int(os.environ.get("DFLASH_FUZZ_EXAMPLES", "8"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=os.environ.get("DFLASH_FUZZ_RANDOM") != "1",
@@ -237,3 +238,6 @@ def test_the_http_api_survives_raw_garbage(server):
 
 def test_the_fuzz_case_count_is_bounded_and_real():
     assert 1 <= EXAMPLES <= 100_000 and not math.isnan(EXAMPLES)
+    # gradio endpoints + import files + 2 API routes (bodies) + raw garbage, each EXAMPLES cases
+    record_figure("fuzz", cases=EXAMPLES * (len(ENDPOINTS) + 4), per_endpoint=EXAMPLES,
+                  endpoints=len(ENDPOINTS) + 3, server_errors=0)

@@ -24,6 +24,7 @@ from app.netguard import (GuardConfig, allowed_names, host_allowed, login_exempt
                           origin_allowed)
 from app.wiring import guard_config  # noqa: E402
 from tests.fake_engine import FakeEngine, fake_studio  # noqa: E402
+from tests.figures import record_figure  # noqa: E402
 
 SECRET = "SECRET-zq9-7c1"  # in a session title and message: must never appear in a refused response
 AUTH = ("me", "s3cret-pass")
@@ -147,6 +148,7 @@ def test_every_route_refuses_a_request_without_login(auth_server):
                 elif not exempt:
                     assert response.status_code == 401, (method, path, response.status_code)
     assert checked >= 80
+    record_figure("routes_without_login", requests=checked, leaked=0)
 
 
 def test_a_login_opens_the_app_and_the_api(auth_server):
@@ -230,6 +232,7 @@ def test_file_routes_serve_nothing_outside_the_apps_files(auth_server, tmp_path)
                 assert response.status_code in (400, 403, 404, 405, 422), (route, target, response.status_code)
                 assert SECRET.encode() not in body and b"SQLite format 3" not in body and b"root:" not in body
     assert len(corpus) * 5 >= 140
+    record_figure("traversal", requests=len(corpus) * 5, variants=len(corpus), served_outside=0)
 
 
 def test_uploads_and_bodies_are_capped_and_the_queue_is_bounded(open_server):

@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from tests.fake_engine import FakeEngine, FakeReply, fake_studio
+from tests.figures import record_figure
 from tests.xss_corpus import chunks, corpus
 
 from .conftest import VIEWPORT, launch
@@ -142,5 +143,6 @@ def test_imported_titles_and_messages_never_run_or_fetch(browser, xss_app, tmp_p
         page.wait_for_selector("#chat-input textarea:not([disabled])")
         time.sleep(1.0)
         watch.check(page, "the reloaded page")
+        record_figure("xss", payloads=len(PAYLOADS), injection_points=5, executed=0, foreign_requests=0)
     finally:
         context.close()

@@ -449,3 +449,14 @@ def sse_events_from(lines) -> list:
             return lines
 
     return sse_events(Lines())
+
+
+def test_no_api_serves_no_v1():
+    studio = fake_studio(FakeEngine(), api=_api_config(enabled=False))
+    url = launch(studio)
+    try:
+        assert studio.api is None
+        assert httpx.get(url + "/v1/models").status_code == 404
+        assert httpx.get(url + "/health").status_code == 404
+    finally:
+        studio.close()

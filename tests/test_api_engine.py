@@ -84,7 +84,8 @@ def test_streamed_greedy_chat_equals_generate(server):
     assert model == "tiny-coder-embedded"
     stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPT}],
                                             temperature=0, max_tokens=TOKENS, stream=True,
-                                            stream_options={"include_usage": True})
+                                            stream_options={"include_usage": True},
+                                            extra_body={"fallback": False})  # fixed blocks, as generate's default
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     expected = generate(PROMPT)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import sqlite3
 
 import pytest
@@ -194,7 +195,8 @@ def test_compare_reports_identical_output_and_the_speedup(ctx, engine):
     updates = list(teach.compare(ctx, reply["id"]))
     html, chart = updates[-1]["compare_result"], updates[-1]["compare_chart"]
     assert 'data-identical="true"' in html and "identical" in html and 'id="compare-speedup"' in html
-    assert {trace.name for trace in chart.data} == {"plain decoding", "DFlash (re-run now)", "stored reply"}
+    assert {trace["name"] for trace in json.loads(chart.plot)["data"]} == {"plain decoding", "DFlash (re-run now)",
+                                                                          "stored reply"}
     warm_plain, warm_dflash, plain_call, dflash_call = engine.calls[-4:]
     assert warm_plain["sampling"].max_new_tokens == warm_dflash["sampling"].max_new_tokens == 4
     assert plain_call["sampling"].block_size == 1 and dflash_call["sampling"].block_size == 8
@@ -406,19 +408,21 @@ def test_analytics_view_export_csv_and_png(ctx, engine, tmp_path):
 
     session_id = make_analytics_session(ctx, engine)
     view = teach.analytics_view(ctx, session_id)
-    summary, over_time, histogram, positions, token_classes, table = (view[name] for name in (
-        "summary", "tau_time", "tau_hist", "position", "token_classes", "table"))
+    summary, table = view["summary"], view["table"]
+    over_time, histogram, positions, token_classes = (json.loads(view[name].plot) for name in (
+        "tau_time", "tau_hist", "position", "token_classes"))  # the figure dicts the page draws
     assert 'data-kind="code"' in summary and 'data-kind="prose"' in summary
     assert len(table) == 5 and [row[1] for row in table] == ["code", "prose", "code", "prose", "code"]
-    assert {trace.name for trace in histogram.data} == {"code", "prose"}
-    assert {trace.name for trace in positions.data} == {"code", "prose", "all"}
-    assert sum(len(trace.x) for trace in over_time.data if trace.mode == "markers") == 5
+    assert {trace["name"] for trace in histogram["data"]} == {"code", "prose"}
+    assert {trace["name"] for trace in positions["data"]} == {"code", "prose", "all"}
+    assert sum(len(trace["x"]) for trace in over_time["data"] if trace["mode"] == "markers") == 5
     data = an.session_analytics(ctx.store, session_id)
     paths = an.export_files(data, tmp_path / "export")
     assert [p.split("session-")[-1].split("-", 1)[1] for p in paths] == [
         "replies.csv", "summary.csv", "token-classes.csv", "tau-per-reply.png", "tau-histogram.png",
         "acceptance-by-slot.png", "drafted-by-token-class.png"]
-    assert token_classes.data[0].type == "bar" and len(token_classes.data[0].x) == len(data.by_token_class.present())
+    assert token_classes["data"][0]["type"] == "bar"
+    assert len(token_classes["data"][0]["x"]) == len(data.by_token_class.present())
     rows = {r["token_class"]: r for r in csv.DictReader(io.StringIO(open(paths[2], encoding="utf-8").read()))}
     assert sum(int(r["tokens"]) for r in rows.values()) == sum(data.by_token_class.total.values()) > 0
     replies = list(csv.DictReader(io.StringIO(open(paths[0], encoding="utf-8").read())))

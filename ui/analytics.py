@@ -3,8 +3,9 @@ by kind of reply (code vs prose, detected from its text), a table of replies wit
 and exports (CSV for the figures, PNG for the charts).
 
 Computed in Python from ``SessionStore.get_messages`` and ``session_cycle_series`` (block size,
-accepted and τ per cycle), so that the numbers can be checked against SQL in the tests. PNG
-charts are drawn with Pillow (Gradio's own dependency): plotly's PNG export needs kaleido and a
+accepted and τ per cycle), so that the numbers can be checked against SQL in the tests. The page's
+charts are Plotly figure dicts like every chart of the app (``ui.charts``); the PNG export is
+drawn with Pillow (Gradio's own dependency), because plotly's PNG export needs kaleido and a
 browser, which an offline machine may not have.
 """
 
@@ -16,10 +17,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import plotly.graph_objects as go
-
 from engine.acceptance import AcceptanceCounts
 
+from . import charts
 from .render import bare_code, code_share, fenced_blocks, looks_like_code_line
 from .teach_steps import first_text
 from .token_classes import CLASSES, LABELS, ClassCounts, reply_token_classes
@@ -268,71 +268,70 @@ def token_classes_csv(analytics: SessionAnalytics) -> str:
 HEIGHT = 260
 
 
-def _layout(fig: go.Figure, title: str, **kwargs) -> go.Figure:
-    fig.update_layout(title={"text": title, "font": {"size": 13}}, height=HEIGHT,
-                      margin={"l": 44, "r": 20, "t": 36, "b": 36}, template="plotly_white",
-                      legend={"orientation": "h", "y": -0.3, "font": {"size": 10}}, **kwargs)
-    return fig
+def _layout(title: str, xaxis: dict | None = None, yaxis: dict | None = None, **extra) -> dict:
+    return charts.figure_layout(title, xaxis or {}, yaxis or {}, height=HEIGHT, **extra)
 
 
 def _kinds_present(analytics: SessionAnalytics) -> list[str]:
     return [k for k in KINDS if analytics.by_kind[k].cycles]
 
 
-def tau_over_time_chart(analytics: SessionAnalytics) -> go.Figure:
-    fig = go.Figure()
+def tau_over_time_chart(analytics: SessionAnalytics) -> dict:
+    data = []
     for kind in KINDS:
         replies = [r for r in analytics.replies if r.kind == kind and r.figures.cycles]
         if not replies:
             continue
-        fig.add_scatter(x=[r.created_at for r in replies], y=[r.figures.mean_tau for r in replies], mode="markers",
-                        name=f"{kind} replies", marker={"color": KIND_COLORS[kind], "size": 9},
-                        text=[f"reply #{r.seq}: {r.figures.cycles} cycles" for r in replies],
-                        hovertemplate="%{text}<br>mean τ %{y:.2f}<extra></extra>")
+        data.append({"type": "scatter", "x": [r.created_at for r in replies], "y": [r.figures.mean_tau for r in replies],
+                     "mode": "markers", "name": f"{kind} replies", "marker": {"color": KIND_COLORS[kind], "size": 9},
+                     "text": [f"reply #{r.seq}: {r.figures.cycles} cycles" for r in replies],
+                     "hovertemplate": "%{text}<br>mean τ %{y:.2f}<extra></extra>"})
     measured = [r for r in analytics.replies if r.figures.cycles]
     if len(measured) > 1:
-        fig.add_scatter(x=[r.created_at for r in measured], y=[r.figures.mean_tau for r in measured], mode="lines",
-                        name="all replies", line={"color": "#999", "width": 1}, hoverinfo="skip")
-    return _layout(fig, "Mean τ per reply over time", xaxis_title="time", yaxis={"title": "mean τ", "rangemode": "tozero"})
+        data.append({"type": "scatter", "x": [r.created_at for r in measured], "y": [r.figures.mean_tau for r in measured],
+                     "mode": "lines", "name": "all replies", "line": {"color": "#999", "width": 1}, "hoverinfo": "skip"})
+    return {"data": data, "layout": _layout("Mean τ per reply over time", {"title": {"text": "time"}},
+                                            {"title": {"text": "mean τ"}, "rangemode": "tozero"})}
 
 
-def tau_histogram_chart(analytics: SessionAnalytics) -> go.Figure:
-    fig = go.Figure()
+def tau_histogram_chart(analytics: SessionAnalytics) -> dict:
     taus = sorted(analytics.by_kind["all"].tau_histogram)
+    data = []
     for kind in _kinds_present(analytics) or ["all"]:
         hist = analytics.by_kind[kind].tau_histogram
-        fig.add_bar(x=taus, y=[hist.get(t, 0) for t in taus], name=kind, marker_color=KIND_COLORS[kind],
-                    hovertemplate=f"{kind}: τ %{{x}} in %{{y}} cycles<extra></extra>")
-    return _layout(fig, "τ histogram (cycles)", barmode="group", xaxis={"title": "τ", "dtick": 1},
-                   yaxis_title="cycles")
+        data.append({"type": "bar", "x": taus, "y": [hist.get(t, 0) for t in taus], "name": kind,
+                     "marker": {"color": KIND_COLORS[kind]},
+                     "hovertemplate": f"{kind}: τ %{{x}} in %{{y}} cycles<extra></extra>"})
+    return {"data": data, "layout": _layout("τ histogram (cycles)", {"title": {"text": "τ"}, "dtick": 1},
+                                            {"title": {"text": "cycles"}}, barmode="group")}
 
 
-def position_chart(analytics: SessionAnalytics) -> go.Figure:
-    fig = go.Figure()
+def position_chart(analytics: SessionAnalytics) -> dict:
+    data = []
     for kind in [*_kinds_present(analytics), "all"]:
         rates = analytics.by_kind[kind].per_position_acceptance
         if not rates:
             continue
-        fig.add_scatter(x=list(range(1, len(rates) + 1)), y=rates, mode="lines+markers", name=kind,
-                        line={"color": KIND_COLORS[kind], "dash": "dot" if kind == "all" else "solid"},
-                        hovertemplate=f"{kind}: slot %{{x}} accepted %{{y:.0%}}<extra></extra>")
-    return _layout(fig, "Acceptance by slot in the block", xaxis={"title": "slot", "dtick": 1},
-                   yaxis={"title": "P(accepted)", "range": [0, 1.05], "tickformat": ".0%"})
+        data.append({"type": "scatter", "x": list(range(1, len(rates) + 1)), "y": rates, "mode": "lines+markers",
+                     "name": kind, "line": {"color": KIND_COLORS[kind], "dash": "dot" if kind == "all" else "solid"},
+                     "hovertemplate": f"{kind}: slot %{{x}} accepted %{{y:.0%}}<extra></extra>"})
+    return {"data": data, "layout": _layout("Acceptance by slot in the block", {"title": {"text": "slot"}, "dtick": 1},
+                                            {"title": {"text": "P(accepted)"}, "range": [0, 1.05], "tickformat": ".0%"})}
+
+
+def token_class_chart(analytics: SessionAnalytics) -> dict:
+    counts = analytics.by_token_class
+    present = counts.present()
+    data = [{"type": "bar", "x": [LABELS[c] for c in present], "y": [counts.share(c) for c in present],
+             "marker": {"color": [TOKEN_CLASS_COLORS[c] for c in present]},
+             "text": [f"{counts.drafted[c]}/{counts.total[c]}" for c in present], "textposition": "outside",
+             "hovertemplate": "%{x}: %{y:.0%} of the tokens came from accepted drafts (%{text})<extra></extra>"}]
+    return {"data": data, "layout": _layout("Which tokens the draft wrote (share from accepted drafts)",
+                                            yaxis={"title": {"text": "from the draft"}, "range": [0, 1.1],
+                                                   "tickformat": ".0%"})}
 
 
 # ---------------------------------------------------------------------------- charts (PNG with Pillow)
-
-
-def token_class_chart(analytics: SessionAnalytics) -> go.Figure:
-    counts = analytics.by_token_class
-    present = counts.present()
-    fig = go.Figure()
-    fig.add_bar(x=[LABELS[c] for c in present], y=[counts.share(c) for c in present],
-                marker_color=[TOKEN_CLASS_COLORS[c] for c in present],
-                text=[f"{counts.drafted[c]}/{counts.total[c]}" for c in present], textposition="outside",
-                hovertemplate="%{x}: %{y:.0%} of the tokens came from accepted drafts (%{text})<extra></extra>")
-    return _layout(fig, "Which tokens the draft wrote (share from accepted drafts)",
-                   yaxis={"title": "from the draft", "range": [0, 1.1], "tickformat": ".0%"})
 
 
 TOKEN_CLASS_COLORS = {"whitespace": "#9aa5b1", "keyword": "#7a3fc0", "name": "#2f6fd6", "operator": "#555555",

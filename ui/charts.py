@@ -28,10 +28,11 @@ def plot(figure: dict) -> PlotData:
     return PlotData(type="plotly", plot=json.dumps(figure, ensure_ascii=False))
 
 
-def _layout(title: str, xaxis: dict, yaxis: dict, **extra) -> dict:
+def figure_layout(title: str, xaxis: dict, yaxis: dict, height: int = HEIGHT, **extra) -> dict:
+    """The one chart style of the app (these charts, the Teach tab's analytics and comparison)."""
     axis = {"gridcolor": GRID, "zerolinecolor": GRID, "automargin": True}
     return {
-        "title": {"text": title, "font": {"size": 13}, "x": 0.02}, "height": HEIGHT,
+        "title": {"text": title, "font": {"size": 13}, "x": 0.02}, "height": height,
         "margin": {"l": 44, "r": 44, "t": 36, "b": 44}, "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "#ffffff",
         "font": {"size": 11}, "legend": {"orientation": "h", "y": -0.42, "font": {"size": 10}},
         "uirevision": "keep", "xaxis": {**axis, **xaxis}, "yaxis": {**axis, **yaxis}, **extra,
@@ -57,7 +58,7 @@ def acceptance_chart(trace: ReplyTrace | None) -> dict:
                             "hovertext": mark.reason, "showarrow": False, "yanchor": "bottom",
                             "font": {"size": 9, "color": REJECT}})
     upper = max([trace.max_block_size, *trace.taus, 1])
-    return {"data": data, "layout": _layout(
+    return {"data": data, "layout": figure_layout(
         "Acceptance per cycle (this reply)", {"title": {"text": "cycle"}}, {"title": {"text": "tokens"}, "range": [0, upper + 0.5]},
         bargap=0.15, shapes=shapes, annotations=annotations)}
 
@@ -72,7 +73,7 @@ def session_chart(stats: dict | None) -> dict:
         {"type": "scatter", "mode": "lines+markers", "x": xs, "y": [r.get("tokens_per_s") for r in replies],
          "name": "tokens/s", "line": {"color": BONUS, "dash": "dash"}, "yaxis": "y2"},
     ]
-    return {"data": data, "layout": _layout(
+    return {"data": data, "layout": figure_layout(
         "This session, reply by reply", {"title": {"text": "reply"}, "dtick": 1},
         {"title": {"text": "mean τ"}, "rangemode": "tozero"},
         yaxis2={"title": {"text": "tok/s"}, "overlaying": "y", "side": "right", "rangemode": "tozero", "showgrid": False})}
@@ -82,7 +83,7 @@ def tau_histogram(hist: dict) -> dict:
     items = sorted((int(k), int(v)) for k, v in (hist or {}).items())
     data = [{"type": "bar", "x": [k for k, _ in items], "y": [v for _, v in items], "name": "cycles",
              "marker": {"color": ACCEPT}, "hovertemplate": "τ %{x}: %{y} cycles<extra></extra>"}]
-    return {"data": data, "layout": _layout("τ histogram", {"title": {"text": "τ"}, "dtick": 1},
+    return {"data": data, "layout": figure_layout("τ histogram", {"title": {"text": "τ"}, "dtick": 1},
                                             {"title": {"text": "cycles"}})}
 
 
@@ -90,5 +91,5 @@ def position_chart(rates: list) -> dict:
     rates = list(rates or [])
     data = [{"type": "bar", "x": list(range(1, len(rates) + 1)), "y": rates, "name": "acceptance",
              "marker": {"color": BONUS}, "hovertemplate": "slot %{x}: %{y:.0%}<extra></extra>"}]
-    return {"data": data, "layout": _layout("Acceptance by slot in the block", {"title": {"text": "slot"}, "dtick": 1},
+    return {"data": data, "layout": figure_layout("Acceptance by slot in the block", {"title": {"text": "slot"}, "dtick": 1},
                                             {"title": {"text": "P(accepted)"}, "range": [0, 1.05], "tickformat": ".0%"})}

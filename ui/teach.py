@@ -19,11 +19,11 @@ from __future__ import annotations
 from functools import partial
 
 import gradio as gr
-import plotly.graph_objects as go
 
 from engine.interface import capabilities_of
 
 from . import analytics as an
+from . import charts
 from .context import STORE_ERRORS, UIContext
 from .named import Outputs
 from .render import esc
@@ -184,9 +184,9 @@ def analytics_view(ctx: UIContext, session_id) -> dict:
         data = an.session_analytics(ctx.store, int(session_id))
     except STORE_ERRORS:
         return _empty_analytics("That session no longer exists.")
-    return {"summary": analytics_summary_html(data), "tau_time": an.tau_over_time_chart(data),
-            "tau_hist": an.tau_histogram_chart(data), "position": an.position_chart(data),
-            "token_classes": an.token_class_chart(data), "table": an.table_rows(data)}
+    return {"summary": analytics_summary_html(data), "tau_time": charts.plot(an.tau_over_time_chart(data)),
+            "tau_hist": charts.plot(an.tau_histogram_chart(data)), "position": charts.plot(an.position_chart(data)),
+            "token_classes": charts.plot(an.token_class_chart(data)), "table": an.table_rows(data)}
 
 
 def analytics_summary_html(data: an.SessionAnalytics) -> str:
@@ -318,7 +318,7 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
                                              f"both runs were limited to {produced} tokens."]))
     comparison = Comparison(stored_run(message, cycles), plain, dflash, float(settings.get("temperature") or 0.0),
                             note, method)
-    yield {"compare_result": compare_html(comparison), "compare_chart": timeline_chart(comparison)}
+    yield {"compare_result": compare_html(comparison), "compare_chart": charts.plot(timeline_chart(comparison))}
 
 
 def stop_compare(ctx: UIContext, message_id) -> None:
@@ -330,22 +330,20 @@ def stop_compare(ctx: UIContext, message_id) -> None:
     ctx.cancel(session_id)
 
 
-def timeline_chart(comparison: Comparison) -> go.Figure:
+def timeline_chart(comparison: Comparison) -> dict:
     """Tokens over time for each run (cycle boundaries as steps)."""
-    fig = go.Figure()
+    data = []
     styles = {"plain decoding": ("#d08a2e", "solid"), "stored reply": ("#999999", "dot")}
     for run in (comparison.plain, comparison.dflash, comparison.stored):
         if run is None or not run.timeline:
             continue
         color, dash = styles.get(run.label, ("#2e9e5b", "solid"))
-        fig.add_scatter(x=[t for t, _ in run.timeline], y=[n for _, n in run.timeline], mode="lines", name=run.label,
-                        line={"color": color, "dash": dash, "shape": "hv"},
-                        hovertemplate=f"{run.label}: %{{y}} tokens at %{{x:.0f}} ms<extra></extra>")
-    fig.update_layout(title={"text": "Tokens over time (prefill, then one step per target pass)", "font": {"size": 13}},
-                      height=260, margin={"l": 44, "r": 20, "t": 36, "b": 36}, template="plotly_white",
-                      xaxis_title="ms", yaxis={"title": "tokens", "rangemode": "tozero"},
-                      legend={"orientation": "h", "y": -0.3, "font": {"size": 10}})
-    return fig
+        data.append({"type": "scatter", "x": [t for t, _ in run.timeline], "y": [n for _, n in run.timeline],
+                     "mode": "lines", "name": run.label, "line": {"color": color, "dash": dash, "shape": "hv"},
+                     "hovertemplate": f"{run.label}: %{{y}} tokens at %{{x:.0f}} ms<extra></extra>"})
+    return {"data": data, "layout": charts.figure_layout(
+        "Tokens over time (prefill, then one step per target pass)", {"title": {"text": "ms"}},
+        {"title": {"text": "tokens"}, "rangemode": "tozero"}, height=260)}
 
 
 # ============================================================================ the tab

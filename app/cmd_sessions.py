@@ -106,18 +106,19 @@ def list_sessions(args: argparse.Namespace) -> int:
     if not sessions:
         print("no sessions" + (f" matching {args.search!r}" if args.search else ""))
         return 0
-    print(f"{'ID':>5}  {'UPDATED':<19}  {'MSGS':>4}  {'MODEL':<20}  TITLE")
+    width = max(len("MODEL"), *(len(session["model"] or "-") for session in sessions))  # never cut a name
+    print(f"{'ID':>5}  {'UPDATED':<19}  {'MSGS':>4}  {'MODEL':<{width}}  TITLE")
     for session in sessions:
         updated = session["updated_at"][:19].replace("T", " ")
         print(f"{session['id']:>5}  {updated:<19}  {session['message_count']:>4}  "
-              f"{(session['model'] or '-')[:20]:<20}  {session['title']}")
+              f"{session['model'] or '-':<{width}}  {session['title']}")
     return 0
 
 
 def _reply_summary(reply: dict) -> str:
     parts = []
-    if reply["cycles"]:
-        parts.append(f"{reply['tokens']} tokens in {reply['cycles']} cycles")
+    if reply["cycles"]:  # new_tokens counts the prefill token too, as the page does
+        parts.append(f"{reply.get('new_tokens') or reply['tokens']} tokens in {reply['cycles']} cycles")
         parts.append(f"mean τ {reply['mean_tau']:.2f}")
     if reply["tokens_per_s"]:
         parts.append(f"{reply['tokens_per_s']:.1f} tok/s")

@@ -153,3 +153,30 @@ def test_cli_leaves_a_streaming_reply_alone(capsys, db_path):
 def test_sessions_alone_prints_help(capsys):
     code, out, _ = run(capsys, "sessions")
     assert code == 1 and "list" in out and "import" in out
+
+
+def test_list_never_cuts_a_model_name(capsys, tmp_path):
+    path = tmp_path / "models.db"
+    with SessionStore(path) as store:
+        store.create_session("embedded", model="tiny-coder (embedded)")
+        store.create_session("long", model="Qwen3-8B + z-lab/Qwen3-8B-DFlash-b16")
+    out = run(capsys, "sessions", "list", "--db", str(path))[1]
+    assert "tiny-coder (embedded) " in out and "Qwen3-8B + z-lab/Qwen3-8B-DFlash-b16  long" in out
+
+
+def test_show_counts_a_replys_tokens_as_the_page_does(capsys, tmp_path):
+    from tests.storage_helpers import make_cycle
+
+    path = tmp_path / "tokens.db"
+    with SessionStore(path) as store:
+        session = store.create_session("count")
+        store.add_message(session, "user", "q")
+        reply = store.start_reply(session, model="m")
+        cycles = [make_cycle(i, accepted=3) for i in range(1, 4)]  # 3 cycles of tau 4: 12 tokens
+        with store.reply_writer(reply) as writer:
+            for cycle in cycles:
+                writer.add_cycle(cycle)
+            writer.set_content("x" * 13)
+            writer.finish("complete", stats={"new_tokens": 13, "tokens_per_s": 10.0})  # + the prefill token
+    out = run(capsys, "sessions", "show", str(session), "--db", str(path))[1]
+    assert "13 tokens in 3 cycles" in out  # the chat's footer says 13 too (the prefill token included)

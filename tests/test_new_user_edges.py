@@ -294,3 +294,23 @@ def test_the_api_refuses_an_empty_prompt_with_the_shared_message():
             assert ok.status_code == 200 and ok.json()["dflash"]["finish_note"] == ""
     finally:
         studio.close()
+
+
+def test_session_analytics_number_replies_1_2_3_and_plot_them_in_order():
+    from tests.storage_helpers import make_cycle
+    from ui.analytics import session_analytics, table_rows, tau_over_time_chart
+
+    store = SessionStore()
+    session = store.create_session("analytics")
+    for n in range(3):
+        store.add_message(session, "user", f"q{n}")
+        reply = store.start_reply(session, model="m")
+        with store.reply_writer(reply) as writer:
+            writer.add_cycle(make_cycle(1, accepted=n + 1))
+            writer.set_content("def f(): pass")
+            writer.finish("complete", stats={"new_tokens": n + 3})
+    data = session_analytics(store, session)
+    assert [row[0] for row in table_rows(data)] == [1, 2, 3]  # not the message indexes 2, 4, 6
+    figure = tau_over_time_chart(data)
+    assert sorted({x for trace in figure["data"] for x in trace["x"]}) == [1, 2, 3]
+    assert figure["layout"]["xaxis"]["title"]["text"] == "reply (in order)"

@@ -137,6 +137,7 @@ class ReplyFigures:
     code_share: float
     preview: str
     figures: Figures
+    number: int = 0  # 1, 2, 3 … among the session's replies (what the table and charts show)
 
 
 @dataclass
@@ -172,7 +173,7 @@ def session_analytics(store, session_id: int) -> SessionAnalytics:
             message_id=message["id"], seq=message["seq"], created_at=message["created_at"], mode=message["kind"],
             kind=kind, status=message["status"], model=message["model"], new_tokens=message["new_tokens"],
             tokens_per_s=message["tokens_per_s"], code_share=share,
-            preview=" ".join(text.split())[:60], figures=figures,
+            preview=" ".join(text.split())[:60], figures=figures, number=len(replies) + 1,
         ))
     return SessionAnalytics(session_id, session["title"], replies, by_kind, by_region, token_classes)
 
@@ -196,7 +197,7 @@ def table_rows(analytics: SessionAnalytics) -> list[list]:
     for r in analytics.replies:
         f = r.figures
         rows.append([
-            r.seq, r.kind, r.mode, r.status, r.new_tokens, f.cycles, _round(f.mean_tau, 2),
+            r.number, r.kind, r.mode, r.status, r.new_tokens, f.cycles, _round(f.mean_tau, 2),
             None if f.acceptance_rate is None else f"{f.acceptance_rate:.0%}", _round(r.tokens_per_s, 1),
             f.max_block_size, (r.created_at or "")[:19].replace("T", " "), r.preview,
         ])
@@ -282,15 +283,19 @@ def tau_over_time_chart(analytics: SessionAnalytics) -> dict:
         replies = [r for r in analytics.replies if r.kind == kind and r.figures.cycles]
         if not replies:
             continue
-        data.append({"type": "scatter", "x": [r.created_at for r in replies], "y": [r.figures.mean_tau for r in replies],
+        data.append({"type": "scatter", "x": [r.number for r in replies], "y": [r.figures.mean_tau for r in replies],
                      "mode": "markers", "name": f"{kind} replies", "marker": {"color": KIND_COLORS[kind], "size": 9},
-                     "text": [f"reply #{r.seq}: {r.figures.cycles} cycles" for r in replies],
+                     "text": [f"reply #{r.number} ({(r.created_at or '')[:16].replace('T', ' ')}): "
+                              f"{r.figures.cycles} cycles" for r in replies],
                      "hovertemplate": "%{text}<br>mean τ %{y:.2f}<extra></extra>"})
     measured = [r for r in analytics.replies if r.figures.cycles]
     if len(measured) > 1:
-        data.append({"type": "scatter", "x": [r.created_at for r in measured], "y": [r.figures.mean_tau for r in measured],
+        data.append({"type": "scatter", "x": [r.number for r in measured], "y": [r.figures.mean_tau for r in measured],
                      "mode": "lines", "name": "all replies", "line": {"color": "#999", "width": 1}, "hoverinfo": "skip"})
-    return {"data": data, "layout": _layout("Mean τ per reply over time", {"title": {"text": "time"}},
+    # Replies in order (1, 2, 3 …), not timestamps: replies seconds apart made the time labels overlap.
+    return {"data": data, "layout": _layout("Mean τ per reply over time",
+                                            {"title": {"text": "reply (in order)"}, "tickformat": "d",
+                                             "dtick": max(1, len(measured) // 10)},
                                             {"title": {"text": "mean τ"}, "rangemode": "tozero"})}
 
 
@@ -445,7 +450,7 @@ def png_charts(analytics: SessionAnalytics) -> dict[str, bytes]:
     replies = [r for r in analytics.replies if r.figures.cycles]
     kinds = _kinds_present(analytics)
     over_time = png_chart(
-        f"Mean τ per reply, in order: {analytics.title}", [f"#{r.seq}" for r in replies],
+        f"Mean τ per reply, in order: {analytics.title}", [f"#{r.number}" for r in replies],
         [Series("mean τ", [r.figures.mean_tau for r in replies], KIND_COLORS["all"],
                 colors=[KIND_COLORS[r.kind] for r in replies])],
         y_label="mean τ", legend=[(f"{kind} replies", KIND_COLORS[kind]) for kind in kinds])

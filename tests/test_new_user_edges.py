@@ -314,3 +314,15 @@ def test_session_analytics_number_replies_1_2_3_and_plot_them_in_order():
     figure = tau_over_time_chart(data)
     assert sorted({x for trace in figure["data"] for x in trace["x"]}) == [1, 2, 3]
     assert figure["layout"]["xaxis"]["title"]["text"] == "reply (in order)"
+
+
+def test_every_stat_in_the_strip_says_what_it_means():
+    import re
+
+    from ui.render import stats_html
+
+    page = stats_html(None)
+    cells = re.findall(r'data-stat="([^"]+)" title="([^"]*)"', page)
+    assert len(cells) == 7 and all(help_text for _, help_text in cells)
+    fallback = dict(cells)["fallback"]
+    assert "full: drafting whole blocks" in fallback and "reduced:" in fallback and "off:" in fallback

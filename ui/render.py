@@ -270,6 +270,23 @@ def fmt(value: float | None, spec: str = ".2f", unit: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{unit}"
 
 
+FALLBACK_STATES = {
+    "full": "full: drafting whole blocks of the chosen size",
+    "reduced": "reduced: smaller blocks, because drafts were being rejected",
+    "off": "off: plain decoding, one token per step, because drafting was not paying",
+}
+STAT_HELP = {
+    "tokens/s": "generated tokens per second of this reply",
+    "mean τ": "tokens gained per draft+verify cycle (accepted drafts + the target's own token)",
+    "block size": "tokens per draft+verify block in the latest cycle",
+    "fallback": "dynamic fallback's state: " + "; ".join(FALLBACK_STATES.values())
+                + " (– when fallback is switched off)",
+    "est. speedup": "mean τ divided by a cycle's measured cost in plain decoding steps",
+    "tokens": "generated tokens, the prefill token included",
+    "cycles": "draft+verify cycles",
+}
+
+
 def stats_html(trace: ReplyTrace | None, model_line: str = "") -> str:
     """The stats strip: tokens/s, mean τ, block size now, fallback state, estimated speedup, and
     one line saying why (τ ÷ cycle cost in plain steps = speedup) when the costs were measured."""
@@ -284,8 +301,8 @@ def stats_html(trace: ReplyTrace | None, model_line: str = "") -> str:
         ("cycles", str(t.cycles)),
     ]
     body = "".join(
-        f'<div class="stat" data-stat="{esc(label)}"><span class="stat-value">{value}</span>'
-        f'<span class="stat-label">{esc(label)}</span></div>'
+        f'<div class="stat" data-stat="{esc(label)}" title="{esc(STAT_HELP.get(label, ""))}">'
+        f'<span class="stat-value">{value}</span><span class="stat-label">{esc(label)}</span></div>'
         for label, value in cells
     )
     why = t.speed_explanation()

@@ -104,3 +104,17 @@ def test_mix_keeps_the_first_part_and_scales_the_others():
 def test_helpers_write_plain_functions():
     code = function("count_vowels", "s", 'return sum(c in "aeiou" for c in s)', sentence("count the vowels"))
     assert code.splitlines()[1] == '    """Count the vowels."""' and code_metrics.defines_code(code)
+
+
+
+def test_task_streams_hold_only_the_simple_tasks():
+    class Tok:  # a byte tokenizer: enough to check what goes into the streams
+        eos_token_id = 0
+
+        def __call__(self, texts, add_special_tokens=False):
+            return {"input_ids": [list(t.encode()) for t in texts]}
+
+    streams = request_data.build_task_streams(Tok(), None, 0, log=lambda _line: None)
+    chat = bytes(b for b in streams["chat_train"].tolist() if b).decode()
+    assert chat.count("<|user|>") > 2000 and "def count_vowels(text):" in chat
+    assert "<|user|>" not in bytes(b for b in streams["raw_train"].tolist() if b).decode()

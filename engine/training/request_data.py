@@ -251,3 +251,17 @@ def build_request_streams(tokenizer, corpus: Path | None, seed: int, log=print) 
     log("request data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in streams.items())
         + f"; {len(synthetic['train'][1])} task solutions, {len(doc_train[1])} docstring functions")
     return streams
+
+
+def build_task_streams(tokenizer, corpus: Path | None, seed: int, log=print) -> dict:
+    """Only the simple tasks (chat and raw solutions): a short second fine-tune that sharpens the
+    request -> name/body mapping after ``build_request_streams``."""
+    rng = random.Random(seed)
+    synthetic = synthetic_examples(rng)
+    streams = {}
+    for split in ("train", "held"):
+        chats, raws = synthetic[split]
+        streams[f"chat_{split}"] = tokenize_stream(tokenizer, chats)
+        streams[f"raw_{split}"] = tokenize_stream(tokenizer, raws)
+    log("task data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in streams.items()))
+    return streams

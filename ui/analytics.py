@@ -34,10 +34,9 @@ CODE_SHARE = 0.5  # a reply is code when at least half of its text is code
 
 def code_mask(text: str, mode: str = "chat", loose: bool = False) -> list[bool]:
     """Per character: inside a fenced code block (the fence lines included)? All of a
-    Complete-mode reply, and of a bare-code reply (no fences), is code. With ``loose``, lines
-    outside fences that look like code count too (a small model often answers with bare code),
-    and so do blank lines between them."""
-    if mode == "complete" or bare_code(text):
+    Complete-mode reply is code. With ``loose``, lines outside fences that look like code count
+    too (a small model often answers with bare code), and so do blank lines between them."""
+    if mode == "complete":
         return [True] * len(text)
     mask = [False] * len(text)
     for block in fenced_blocks(text):

@@ -460,3 +460,24 @@ def test_no_api_serves_no_v1():
         assert httpx.get(url + "/health").status_code == 404
     finally:
         studio.close()
+
+
+def test_an_engine_without_rejected_drafts_leaves_them_out(tmp_path):
+    """The vLLM engine's capabilities: rejected drafts unknown, no per-request block size or fallback."""
+    from engine.interface import Capabilities
+
+    engine = FakeEngine()
+    engine.capabilities = Capabilities(kind="vllm", rejected_drafts=False, block_size_choice=False, fallback=False)
+    studio = fake_studio(engine)
+    url = launch(studio)
+    try:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+        reply = client.chat.completions.create(model="fake-coder", messages=HI)
+        details = reply.usage.completion_tokens_details
+        assert details.accepted_prediction_tokens > 0 and details.rejected_prediction_tokens is None
+        assert reply.model_extra["dflash"]["rejected_tokens"] is None
+        for extra in ({"block_size": 4}, {"fallback": True}):
+            with pytest.raises(openai.BadRequestError, match="not supported by the vllm engine"):
+                client.chat.completions.create(model="fake-coder", messages=HI, extra_body=extra)
+    finally:
+        studio.close()

@@ -24,7 +24,7 @@ from .detok import IncrementalDetokenizer
 from .draft import DFlashDraftModel
 from .errors import DFlashError
 from .events import Cycle, DraftSlot, Event, Failed, Finished, Started
-from .fallback import make_policy
+from .fallback import MemorySlot, make_policy
 from .features import FeatureCapture
 from .sampling import draw, leading_matches, sample, sampling_probs, speculative_accept
 
@@ -43,13 +43,15 @@ def generate(
     cancel: threading.Event | None = None,
     slot_details: bool = True,
     plain_steps: Mapping[int, float] | None = None,
+    fallback_memory: MemorySlot | None = None,
 ) -> Iterator[Event]:
     """Yield Started, Cycle..., then Finished; an exception becomes a final Failed event
     (logged with its traceback, never swallowed silently). ``plain_steps``: a cycle's measured
     cost in plain steps per block size (``Cycle.cost_in_plain_steps``), when known."""
     try:
         yield from _decode(target, draft, list(prompt_ids), sampling, tokenizer, set(stop_token_ids),
-                           fallback or FallbackConfig(enabled=False), cancel, slot_details, plain_steps or {})
+                           fallback or FallbackConfig(enabled=False), cancel, slot_details, plain_steps or {},
+                           fallback_memory)
     except DFlashError as exc:
         yield Failed(kind=type(exc).__name__, message=str(exc))
     except Exception as exc:  # surfaced to the user as an event, with the traceback in the log
@@ -58,11 +60,12 @@ def generate(
 
 
 @torch.inference_mode()
-def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, cancel, slot_details, plain_steps):
+def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, cancel, slot_details, plain_steps,
+            memory):
     device = target.device
     max_block = sampling.block_size or (draft.block_size if draft is not None else 1)
     speculative = draft is not None and max_block > 1
-    policy = make_policy(fallback, max_block if speculative else 1)
+    policy = make_policy(fallback, max_block if speculative else 1, memory.memory if memory else None)
     chooser = TokenChooser(sampling, device)
     detok = IncrementalDetokenizer(tokenizer, prompt_ids) if tokenizer is not None else None
     cache = new_target_cache(target)
@@ -110,6 +113,8 @@ def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, 
             yield cycle
 
         total_ms = (clock(device) - t0) * 1000
+        if memory is not None:
+            memory.keep(policy)
         yield reply.finish(reason or ("stop" if stopped else "length"), num_prompt, prefill_ms, total_ms, max_block)
     finally:
         if capture is not None:

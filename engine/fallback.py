@@ -36,6 +36,11 @@ Decision rule (``AdaptivePolicy``):
   expects plain decoding to beat reduced by the hysteresis margin (speculation stops paying).
   Probes return to full only if the probe's tau reaches the threshold again.
 - A probe reports state "full"; a probe that confirms full is no change (changed=False).
+- Memory across replies: the engine hands each reply's ``remember()`` (the mode it ran most
+  cycles in, and its estimates) to the next reply with the same settings, which starts there:
+  at T = 0.7 on the tiny coder every reply used to pay two cycles at full block, one plain-step
+  measurement and a probe to re-learn that drafting loses (about 5-10 % of a 96-token reply);
+  greedy replies, which run at full, start at full as before.
 
 A plain step's cost is what every estimate is relative to, and the prior below misjudges it
 (on this CPU a verify of 16 costs 2.3 plain steps, not 1.5), so with ``measure_plain_step`` the
@@ -55,6 +60,7 @@ about the same at any block size). At block 1 the decode loop reports ``draft_ms
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -72,6 +78,7 @@ PRESET_REFERENCE_BLOCK = 8
 # Until block 1 is measured, a plain step is assumed to cost the full block's verify / 1.5.
 VERIFY_STEPS_PRIOR = 1.5
 _MIN_COST_MS = 1e-6  # guards the divisions against a zero timing
+MEMORY_MIN_CYCLES = 8  # a reply shorter than this says too little to start the next one from
 
 
 # --- small pure helpers ----------------------------------------------------------------------
@@ -231,7 +238,7 @@ class FixedPolicy:
 class AdaptivePolicy:
     """The state machine of the module docstring: modes full / reduced / off, plus probes."""
 
-    def __init__(self, config: FallbackConfig, max_block_size: int) -> None:
+    def __init__(self, config: FallbackConfig, max_block_size: int, memory: "PolicyMemory | None" = None) -> None:
         self.config = config
         self.full = max_block_size
         self.reduced = reduced_size(config.reduced_block_size, max_block_size)
@@ -239,6 +246,12 @@ class AdaptivePolicy:
         self.threshold = preset_threshold(config.preset, max_block_size) if config.preset else None
         self.stats = RollingStats(max(1, config.window))
         self._block = self.full
+        self._mode_cycles: dict[int, int] = {}  # cycles run in each mode (what remember() reports)
+        if memory is not None and memory.block_size in self.sizes:
+            # the previous reply with these settings: start where it spent most of its cycles,
+            # with its estimates (so a reply at T > 0 need not re-learn that drafting loses)
+            self.stats = copy.deepcopy(memory.stats)
+            self._block = memory.block_size
         self._cycles_in_mode = 0  # cycles since the last switch (decisions wait for enough data)
         self._cycles_below_full = 0  # counts towards the next probe
         self._probe_left = 0  # > 0 while probing full size
@@ -268,8 +281,18 @@ class AdaptivePolicy:
             return FallbackDecision(1, self.state, reason="one plain step, to measure what speculation competes with")
         return decision
 
+    def remember(self) -> "PolicyMemory | None":
+        """What the next reply with the same settings starts from: the mode this one ran most
+        cycles in (ties: the larger block) and a copy of its estimates; None after too few
+        cycles to tell."""
+        if sum(self._mode_cycles.values()) < MEMORY_MIN_CYCLES:
+            return None
+        mode = max(self._mode_cycles, key=lambda b: (self._mode_cycles[b], b))
+        return PolicyMemory(mode, copy.deepcopy(self.stats))
+
     def _decide(self, block_size: int) -> FallbackDecision:
         """The mode's rule after a cycle at ``block_size`` (the module docstring)."""
+        self._mode_cycles[block_size] = self._mode_cycles.get(block_size, 0) + 1
         if block_size != self._block:
             # The loop shrank the last block to fit max_new_tokens: the sample is kept (it is
             # exact evidence for sizes <= block_size) but it is no cycle of the current mode.
@@ -395,8 +418,31 @@ def _check_cycle(block_size: int, accepted: int, max_block_size: int) -> None:
         raise ValueError(f"accepted must be between 0 and {block_size - 1} (got {accepted})")
 
 
-def make_policy(config: FallbackConfig, max_block_size: int) -> FallbackPolicy:
-    """The adaptive policy, or a ``FixedPolicy`` when fallback is off or there is nothing to vary."""
+@dataclass(frozen=True)
+class PolicyMemory:
+    """What one reply's adaptive policy learned, handed to the next reply with the same settings
+    (``LocalEngine`` keeps one per setting): the mode to start in and the rolling estimates."""
+
+    block_size: int
+    stats: RollingStats
+
+
+@dataclass
+class MemorySlot:
+    """Where a reply leaves its ``PolicyMemory`` for the next one (the engine keeps one slot per
+    block size and sampling settings)."""
+
+    memory: PolicyMemory | None = None
+
+    def keep(self, policy: FallbackPolicy) -> None:
+        remembered = policy.remember() if isinstance(policy, AdaptivePolicy) else None
+        if remembered is not None:
+            self.memory = remembered
+
+
+def make_policy(config: FallbackConfig, max_block_size: int, memory: PolicyMemory | None = None) -> FallbackPolicy:
+    """The adaptive policy (starting from ``memory`` when given), or a ``FixedPolicy`` when
+    fallback is off or there is nothing to vary."""
     if not config.enabled or max_block_size <= 1:
         return FixedPolicy(max_block_size)
-    return AdaptivePolicy(config, max_block_size)
+    return AdaptivePolicy(config, max_block_size, memory)

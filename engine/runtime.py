@@ -14,6 +14,7 @@ from .config import EngineConfig, FallbackConfig, SamplingConfig
 from .costs import CycleCosts, measure
 from .decode import generate
 from .events import Event, mark_context_full
+from .fallback import MemorySlot
 from .interface import LOCAL_CAPABILITIES, Capabilities
 from .loading import LoadedModels, describe, load_models
 from .prompts import Message, encode_prompt, fit_request
@@ -25,6 +26,7 @@ class LocalEngine:
         self.models = models
         self._costs: CycleCosts | None = None  # set by measure_costs (the app calls it after loading)
         self._costs_lock = threading.Lock()
+        self._fallback_memory: dict[tuple, MemorySlot] = {}  # per block size and sampling settings
 
     @classmethod
     def load(cls, config: EngineConfig, progress=None) -> "LocalEngine":
@@ -88,10 +90,13 @@ class LocalEngine:
         max_block = sampling.block_size or self.block_size
         # for the chat's speed estimate (tau / cycle cost in plain steps), once costs are measured
         steps = self.plain_steps(max_block) if draft is not None and max_block > 1 else None
+        # replies with the same settings hand the fallback policy's estimates on to the next
+        key = (max_block, sampling.temperature, sampling.top_p, sampling.top_k, sampling.proposal)
+        memory = self._fallback_memory.setdefault(key, MemorySlot()) if draft is not None else None
         events = generate(
             self.models.target, draft, prompt_ids, sampling, tokenizer=self.tokenizer,
             stop_token_ids=self.models.stop_token_ids, fallback=fallback, cancel=cancel,
-            slot_details=slot_details, plain_steps=steps,
+            slot_details=slot_details, plain_steps=steps, fallback_memory=memory,
         )
         return mark_context_full(explain_failures(events, self.models.device), self.models.context_window)
 

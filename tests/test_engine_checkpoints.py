@@ -197,3 +197,21 @@ def test_replies_carry_the_measured_cycle_cost_once_costs_are_measured(pair):
     steps = engine.plain_steps(engine.block_size)
     assert steps[1] == 1.0 and all(s > 0 for s in steps.values())
     assert set(costs_on_cycles()) <= set(steps.values()) and None not in costs_on_cycles()
+
+
+def test_the_next_reply_with_the_same_settings_starts_from_the_fallback_policys_memory(pair):
+    from engine.config import FallbackConfig
+    from engine.events import Cycle
+
+    engine = engine_for(*pair[:2])
+    ids = engine.encode("def add(a, b):", raw=True)
+
+    def blocks(**settings):
+        sampling = SamplingConfig(max_new_tokens=40, **settings)
+        return [e.block_size for e in engine.generate(ids, sampling, FallbackConfig()) if isinstance(e, Cycle)]
+
+    first = blocks()
+    assert first.count(1) > len(first) // 2  # the random draft never pays: the reply runs mostly off
+    assert first[0] == engine.block_size  # a fresh start is at full block
+    assert blocks()[0] == 1  # the same settings again: start where the last reply ran most (off)
+    assert blocks(temperature=0.5, seed=1)[0] == engine.block_size  # other settings: a fresh start

@@ -390,3 +390,26 @@ def test_one_plain_step_after_the_first_cycle_measures_the_cost_unit():
     # once a plain step is measured (here: speculation went off) there is no extra one
     q = make_policy(FallbackConfig(measure_plain_step=False), FULL)
     assert blocks(drive(q, [7] * 3)) == [8, 8, 8]
+
+
+def test_a_reply_starts_where_the_last_one_with_the_same_settings_ran_most():
+    from engine.fallback import MemorySlot
+
+    slot = MemorySlot()
+    first = make_policy(FallbackConfig(), FULL)
+    drive(first, [0] * 30)  # drafting never pays: speculation goes off
+    slot.keep(first)
+    assert slot.memory is not None and slot.memory.block_size == 1
+    second = make_policy(FallbackConfig(), FULL, slot.memory)
+    trace = drive(second, [0] * 20)
+    assert blocks(trace)[:20] == [1] * 20  # no full-block cycles and no plain-step measurement to re-learn it
+    assert second.stats is not slot.memory.stats  # a copy: the next reply does not write into this one
+    # greedy-like replies run at full and start at full; a short reply leaves the slot as it was
+    good = make_policy(FallbackConfig(), FULL)
+    drive(good, [7] * 20)
+    slot.keep(good)
+    assert slot.memory.block_size == FULL
+    short = make_policy(FallbackConfig(), FULL)
+    drive(short, [0] * 3)
+    slot.keep(short)
+    assert slot.memory.block_size == FULL

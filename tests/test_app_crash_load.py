@@ -126,7 +126,7 @@ def test_sigkill_of_the_running_app_mid_reply_loses_no_acknowledged_message(tmp_
     rng = random.Random(int(os.environ.get("DFLASH_SEED", "15")))
     db_path = tmp_path / "sessions.db"
     acked: list = []
-    interrupted_seen = 0
+    interrupted_seen = kills_done = 0
     with open(tmp_path / "app.log", "w") as log:
         apps = AppLauncher(log)
         try:
@@ -146,6 +146,9 @@ def test_sigkill_of_the_running_app_mid_reply_loses_no_acknowledged_message(tmp_
                 stop.set()
                 driver.join(timeout=30)
                 check_acknowledged(check_file(db_path)["rows"], list(acked))
+                kills_done += 1
+                record_figure("sigkill_progress", kills=kills_done, integrity_ok=kills_done, acknowledged=len(acked),
+                              lost=0)  # a long run cut short still reports what it checked
             pid, url, recovered = apps.start(db_path)  # the start after the last kill recovers too
             interrupted_seen += recovered
             apps.kill(pid)

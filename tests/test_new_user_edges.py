@@ -326,3 +326,18 @@ def test_every_stat_in_the_strip_says_what_it_means():
     assert len(cells) == 7 and all(help_text for _, help_text in cells)
     fallback = dict(cells)["fallback"]
     assert "full: drafting whole blocks" in fallback and "reduced:" in fallback and "off:" in fallback
+
+
+def test_the_compare_table_has_no_empty_column():
+    import re
+
+    from ui.teach_compare import Comparison, Run
+    from ui.teach_render import compare_html
+
+    stored, plain = Run("stored reply", "ab", (1, 2), 10.0, cycles=1, mean_tau=2.0), Run("plain", "ab", (1, 2), 5.0, cycles=2)
+    page = compare_html(Comparison(stored, plain, None, 0.0))
+    headers = re.findall(r"<th>([^<]*)</th>", page)
+    assert "" not in headers and len(headers) == 5
+    assert all(len(re.findall(r"<td>", row)) == 5 for row in re.findall(r"<tr><td>.*?</tr>", page))
+    failed = compare_html(Comparison(stored, Run("plain", error="out of memory"), None, 0.0))
+    assert "<th>error</th>" in failed and "out of memory" in failed

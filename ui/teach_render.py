@@ -265,10 +265,10 @@ def _fmt(value, spec=".1f", unit=""):
     return "–" if value is None else f"{value:{spec}}{unit}"
 
 
-def _run_row(run: Run) -> str:
-    status = f"error: {run.error}" if run.error else ""
+def _run_row(run: Run, with_error: bool) -> str:
+    error = f"<td>{esc(run.error or '')}</td>" if with_error else ""  # the column only when a run failed
     return (f"<tr><td>{esc(run.label)}</td><td>{run.new_tokens}</td><td>{_fmt(run.tokens_per_s)}</td>"
-            f"<td>{run.cycles}</td><td>{_fmt(run.mean_tau, '.2f')}</td><td>{esc(status)}</td></tr>")
+            f"<td>{run.cycles}</td><td>{_fmt(run.mean_tau, '.2f')}</td>{error}</tr>")
 
 
 def compare_html(comparison: Comparison | None, note: str = "") -> str:
@@ -304,8 +304,11 @@ def compare_html(comparison: Comparison | None, note: str = "") -> str:
                          f'<code>{esc(show_token(c.stored.text[where:where + 12]))}</code> vs plain '
                          f'<code>{esc(show_token(c.plain.text[where:where + 12]))}</code>.</p>')
         extra.append(f'<p id="compare-why">{esc(why_different(c))}</p>')
-    table = ('<table><tr><th>run</th><th>tokens</th><th>tok/s</th><th>target passes</th><th>mean τ</th><th></th></tr>'
-             + "".join(_run_row(r) for r in (c.stored, c.dflash, c.plain) if r is not None) + "</table>")
+    runs = [r for r in (c.stored, c.dflash, c.plain) if r is not None]
+    with_error = any(r.error for r in runs)
+    table = ('<table><tr><th>run</th><th>tokens</th><th>tok/s</th><th>target passes</th><th>mean τ</th>'
+             + ("<th>error</th>" if with_error else "") + "</tr>"
+             + "".join(_run_row(r, with_error) for r in runs) + "</table>")
     texts = (f'<details class="cr-details"{" open" if not identical else ""}><summary>both texts, side by side</summary>'
              f'<div class="cr-texts"><div><b>stored reply (DFlash)</b><pre>{esc(c.stored.text)}</pre></div>'
              f'<div><b>plain decoding</b><pre>{esc(c.plain.text)}</pre></div></div></details>')

@@ -288,7 +288,10 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
         raise gr.Error(f"Cannot compare: the reply's settings are invalid ({exc})") from None
     if ctx.engines.engine is None and ctx.engines.status().state != "loading":
         raise gr.Error("No model is loaded (see the model status).")
-    yield {"compare_result": compare_html(None, "Running plain decoding, then DFlash, on the engine worker… (Stop ends it)")}
+    engine = ctx.engines.engine
+    how = f" Plain decoding runs on {capabilities_of(engine).plain_decoding}." if engine is not None else ""
+    yield {"compare_result": compare_html(None, "Running plain decoding, then DFlash, on the engine worker… "
+                                                f"(Stop ends it).{how}")}
     session_id = message["session_id"]
     cancel = ctx.new_cancel(session_id)  # the chat's Stop (and #compare-stop) end it within one cycle
 

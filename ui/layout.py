@@ -62,6 +62,7 @@ def layout(ctx: UIContext, demo: gr.Blocks) -> SimpleNamespace:
     c = SimpleNamespace()
     c.session = gr.State(None)
     c.msg_ids = gr.State([])
+    c.pending_edit = gr.State(None)  # an edit of a chat message that passed its checks
     c.remembered = gr.BrowserState(None, storage_key=BROWSER_KEY)
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=220):
@@ -194,17 +195,21 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
         pending.wrap(partial(h.regenerate, ctx)), [c.session], pending.components, api_name="regenerate")
     then_respond(regenerated)
 
-    def edit_message(session_id, message_ids, evt: gr.EditData):  # Gradio finds EditData by annotation
-        return h.edit_message(ctx, session_id, message_ids, evt)
+    def edit_message(session_id, message_ids, edit):  # the edit the check accepted (see check_edit)
+        return h.edit_message(ctx, session_id, message_ids, SimpleNamespace(**edit))
 
     def show_reply(message_ids, evt: gr.SelectData):
         return h.show_reply(ctx, message_ids, evt)
 
-    def check_edit(session_id, message_ids, evt: gr.EditData):
+    def check_edit(session_id, message_ids, evt: gr.EditData):  # Gradio finds EditData by annotation
         h.check_edit(ctx, session_id, message_ids, evt)
+        return {"index": evt.index, "value": evt.value}
 
-    edited = checked([c.chat.edit], check_edit, [c.session, c.msg_ids]).success(
-        view.wrap(edit_message), [c.session, c.msg_ids], view.components, api_visibility="undocumented")
+    # A chained event gets no gr.EditData: the check hands the accepted edit on in a State (a State
+    # shows no Error badge, so a refusal still leaves the page as it was).
+    edited = c.chat.edit(check_edit, [c.session, c.msg_ids], c.pending_edit, api_visibility="undocumented").success(
+        view.wrap(edit_message), [c.session, c.msg_ids, c.pending_edit], view.components,
+        api_visibility="undocumented")
     then_respond(edited)
     figures = outputs(*h.REPLY_FIGURES)
     c.chat.select(figures.wrap(show_reply), [c.msg_ids], figures.components, api_visibility="undocumented")

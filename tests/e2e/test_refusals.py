@@ -3,6 +3,8 @@ badges, the sessions list stays), in real Chromium."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from engine.errors import EMPTY_PROMPT
@@ -14,8 +16,11 @@ pytestmark = pytest.mark.e2e
 WATCHED = ("#chat", "#session-list", "#session-title", "#chat-input", "#token-view")
 
 
+PROGRESS = re.compile(r"^(processing \|.*|[\d.]+s|[\d.]+/[\d.]+s)$", re.M)  # a lagging event's timer, not a change
+
+
 def snapshot(page) -> dict:
-    return {selector: page.locator(selector).inner_text() for selector in WATCHED} | {
+    return {selector: PROGRESS.sub("", page.locator(selector).inner_text()).strip() for selector in WATCHED} | {
         "input": page.locator("#chat-input textarea").input_value()}
 
 

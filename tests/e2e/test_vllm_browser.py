@@ -102,8 +102,8 @@ def long_prompt(engine) -> str:
     pytest.fail("no candidate prompt gives a long reply: add one to LONG_CANDIDATES")
 
 
-@pytest.mark.xfail(reason="since the page's error display changed (01:40 main), the interrupted message is not found "
-                          "in the page by this test; the engine and store sides are covered, the page side is open",
+@pytest.mark.xfail(reason="passed at 00:57; after the page's later error-display changes the message of a reply cut "
+                          "by a killed server is no longer found on the page: not yet diagnosed (see issue #13 note)",
                    strict=False)
 def test_a_server_killed_mid_reply_keeps_the_reply_as_interrupted_and_the_studio_up(vllm_page, vllm_app):
     studio, _ = vllm_app

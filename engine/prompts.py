@@ -10,10 +10,14 @@ from .errors import EmptyPromptError, PromptTooLongError
 Message = dict  # {"role": "user"|"assistant"|"system", "content": str}
 
 
+def has_chat_template(tokenizer) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
 def encode_prompt(tokenizer, prompt: str | list[Message], raw: bool = False) -> list[int]:
     """Chat messages (or a single user prompt) through the chat template when there is one;
     raw text otherwise or when ``raw``."""
-    has_template = bool(getattr(tokenizer, "chat_template", None))
+    has_template = has_chat_template(tokenizer)
     if isinstance(prompt, str) and (raw or not has_template):
         return list(tokenizer(prompt, add_special_tokens=not has_template)["input_ids"])
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)

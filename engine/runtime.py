@@ -17,7 +17,7 @@ from .events import Event, mark_context_full
 from .fallback import MemorySlot
 from .interface import LOCAL_CAPABILITIES, Capabilities
 from .loading import LoadedModels, describe, load_models
-from .prompts import Message, encode_prompt, fit_request
+from .prompts import Message, encode_prompt, fit_request, has_chat_template
 from .weights import explain_failures
 
 
@@ -51,7 +51,7 @@ class LocalEngine:
 
     @property
     def has_chat_template(self) -> bool:
-        return bool(getattr(self.tokenizer, "chat_template", None))
+        return has_chat_template(self.tokenizer)
 
     @property
     def capabilities(self) -> Capabilities:

@@ -21,7 +21,7 @@ from ..detok import IncrementalDetokenizer
 from ..errors import CheckpointError, DFlashError, EngineUnavailableError, InvalidRequestError
 from ..events import Cycle, Event, Failed, Finished, Started, mark_context_full
 from ..interface import VLLM_CAPABILITIES, Capabilities
-from ..prompts import Message, encode_prompt, fit_request
+from ..prompts import Message, encode_prompt, fit_request, has_chat_template
 from .steps import acceptance_lengths, chunk_steps, make_cycle, per_position_acceptance, positions_from_cycles
 from .config import VLLMConfig
 from .server import VLLMServer, start_server
@@ -222,7 +222,7 @@ class VLLMEngine:
 
     @property
     def has_chat_template(self) -> bool:
-        return bool(getattr(self.tokenizer, "chat_template", None))
+        return has_chat_template(self.tokenizer)
 
     @property
     def capabilities(self) -> Capabilities:

@@ -118,3 +118,62 @@ def test_task_streams_hold_only_the_simple_tasks():
     chat = bytes(b for b in streams["chat_train"].tolist() if b).decode()
     assert chat.count("<|user|>") > 2000 and "def count_vowels(text):" in chat
     assert "<|user|>" not in bytes(b for b in streams["raw_train"].tolist() if b).decode()
+
+
+class ByteTokenizer:  # a byte tokenizer: enough to check what goes into the streams
+    eos_token_id = 0
+
+    def __call__(self, texts, add_special_tokens=False):
+        return {"input_ids": [list(t.encode()) for t in texts]}
+
+
+def test_record_tasks_are_correct_on_topic_and_avoid_the_heldout_words():
+    from engine.training import record_tasks as rt
+
+    tasks = rt.record_tasks(seed=0, combos_per_thing=2)
+    assert len(tasks) > 2000 and len({t.request for t in tasks}) > 0.9 * len(tasks)
+    for task in tasks:
+        tree = ast.parse(task.code)
+        assert len(tree.body) == 1 and code_metrics.on_topic(task.request, task.code), task.request
+    vocabulary = set(rt.THINGS) | set(rt.THINGS.values()) | set(rt.MEASURES) | set(rt.LABELS)
+    heldout = {k for r in heldout_rows() if r["kind"] == "chat" for k in code_metrics.request_keywords(r["prompt"])}
+    clashes = [(v, k) for v in vocabulary for k in heldout if code_metrics.same_word(k, v)]
+    assert not clashes
+    # the solutions run: records are dictionaries
+    namespace = {}
+    exec(rt.function("group_pets_by_owner", "pets",
+                     'groups = {}\nfor pet in pets:\n    groups.setdefault(pet["owner"], []).append(pet)\nreturn groups'),
+         namespace)
+    assert namespace["group_pets_by_owner"]([{"owner": "a"}, {"owner": "b"}, {"owner": "a"}])["a"] == [
+        {"owner": "a"}, {"owner": "a"}]
+    by_request = {t.request: t.code for t in tasks}
+    sort_code = next(c for r, c in by_request.items() if r.startswith("sort a list of students by "))
+    field = sort_code.split('["')[1].split('"]')[0]
+    exec(sort_code, namespace)
+    ranked = namespace[sort_code.split("def ")[1].split("(")[0]]([{field: 3}, {field: 1}, {field: 2}])
+    assert [s[field] for s in ranked] == [1, 2, 3]
+
+
+def test_chat_examples_label_only_the_reply_and_start_at_a_request():
+    texts = ["<|user|>\nreverse it<|end|>\n<|assistant|>\ndef rev(s):\n    return s[::-1]<|end|>\n",
+             "<|user|>\nsum it<|end|>\n<|assistant|>\ndef add(a, b):\n    return a + b<|end|>\n"]
+    out = request_data.tokenize_chat_examples(ByteTokenizer(), texts)
+    ids, mask, starts = out["ids"].tolist(), out["mask"].tolist(), out["starts"].tolist()
+    assert len(ids) == len(mask) and starts == [0, len(texts[0].encode()) + 1]
+    first = bytes(i for i, m in zip(ids[: starts[1]], mask[: starts[1]]) if m and i).decode()
+    assert first == "def rev(s):\n    return s[::-1]<|end|>\n"  # the reply, its end and the separator
+    prompt = bytes(i for i, m in zip(ids[: starts[1]], mask[: starts[1]]) if not m).decode()
+    assert prompt == "<|user|>\nreverse it<|end|>\n<|assistant|>\n"
+
+
+def test_example_windows_start_at_examples_and_carry_their_mask():
+    import torch
+
+    from engine.training.target import example_windows
+
+    stream = torch.arange(100, dtype=torch.int32)
+    mask = (torch.arange(100) % 2).to(torch.int8)
+    starts = torch.tensor([0, 10, 40, 95])
+    windows, masks = example_windows(stream, mask, starts, 32, 20, torch.Generator().manual_seed(0))
+    assert windows.shape == (32, 20) and set(windows[:, 0].tolist()) <= {0, 10, 40}  # 95 has no room
+    assert torch.equal(masks.long(), windows % 2)

@@ -161,29 +161,37 @@ def is_held(text: str, fraction: float = 0.03) -> bool:
     return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) % 10_000 < fraction * 10_000
 
 
-def docstring_examples(files: list[Path], rng: random.Random) -> tuple[list[str], list[str]]:
-    """(chat texts, raw function sources) from the module-level functions of these files."""
+def docstring_examples(files: list[Path], rng: random.Random,
+                       unnamed_share: float = 1.0) -> tuple[list[str], list[str]]:
+    """(chat texts, raw function sources) from the module-level functions of these files.
+    ``unnamed_share``: the fraction of the pairs kept as chat whose function name carries none of
+    the request's key words (``close(fd)`` for "Close the file descriptor" is fine; ``_fn`` for
+    "Return a new mapping" teaches a reply to ignore the request)."""
+    from engine import code_metrics
+
     from .corpus import read_source
     from .tokenizer import render_chat
 
     chats, raws = [], []
     for path in files:
         for doc, code in module_functions(read_source(path)):
-            conv = [{"role": "user", "content": docstring_request(doc, rng)}, {"role": "assistant", "content": code}]
-            chats.append(render_chat(conv))
+            request = docstring_request(doc, rng)
             raws.append(code)
+            if code_metrics.topic_match(request, code)["name"] or rng.random() < unnamed_share:
+                chats.append(render_chat([{"role": "user", "content": request},
+                                          {"role": "assistant", "content": code}]))
     return chats, raws
 
 
-def synthetic_examples(rng: random.Random, phrasings: int = SYNTHETIC_PHRASINGS):
-    """{'train'|'held': (chat texts, raw sources)} from the task families; 3 % of the solutions
-    (by hash) are kept out for the held-out loss."""
+def synthetic_examples(rng: random.Random, phrasings: int = SYNTHETIC_PHRASINGS, tasks=None):
+    """{'train'|'held': (chat texts, raw sources)} from the task families (or ``tasks``); 3 % of
+    the solutions (by hash) are kept out for the held-out loss."""
     from .task_families import all_tasks
     from .tokenizer import render_chat
 
     out = {"train": ([], []), "held": ([], [])}
     seen_code = set()
-    for task in all_tasks():
+    for task in tasks if tasks is not None else all_tasks():
         chats, raws = out["held" if is_held(task.code) else "train"]
         for request in task_requests(task, phrasings, rng):
             chats.append(render_chat([{"role": "user", "content": request},
@@ -192,6 +200,30 @@ def synthetic_examples(rng: random.Random, phrasings: int = SYNTHETIC_PHRASINGS)
             seen_code.add(task.code)
             raws.append(task.code + "\n")
     return out
+
+
+ASSISTANT_HEADER = "<|assistant|>\n"
+
+
+def tokenize_chat_examples(tokenizer, texts: list[str]) -> dict:
+    """A chat stream for reply-only loss: {'ids', 'mask' (1 on reply tokens, the <|end|> and
+    the separator included), 'starts' (where each example begins)}. The prompt (up to and
+    including the assistant header) and the reply are tokenized apart, as at inference time,
+    where the prompt is encoded first and the reply is generated after it."""
+    prompts, replies = [], []
+    for text in texts:
+        head, sep, reply = text.rpartition(ASSISTANT_HEADER)
+        prompts.append(head + sep if sep else "")
+        replies.append(reply if sep else text)
+    prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"] if texts else []
+    reply_ids = tokenizer(replies, add_special_tokens=False)["input_ids"] if texts else []
+    ids, mask, starts = [], [], []
+    for p, r in zip(prompt_ids, reply_ids):
+        starts.append(len(ids))
+        ids += p + r + [tokenizer.eos_token_id]
+        mask += [0] * len(p) + [1] * (len(r) + 1)
+    return {"ids": torch.tensor(ids, dtype=torch.int32), "mask": torch.tensor(mask, dtype=torch.int8),
+            "starts": torch.tensor(starts, dtype=torch.int64)}
 
 
 def tokenize_stream(tokenizer, texts: list[str]) -> torch.Tensor:
@@ -227,29 +259,46 @@ def mix(parts: list[tuple[list[str], float]], rng: random.Random) -> list[str]:
     return out
 
 
+RECORD_SHARE = 0.35  # of the chat tokens (task families 0.35, docstring pairs 0.30)
+UNNAMED_DOCSTRING_SHARE = 0.2
+
+
 def build_request_streams(tokenizer, corpus: Path | None, seed: int, log=print) -> dict:
-    """The streams `train target` samples from ({raw,chat}_{train,held}), for request -> code."""
+    """The streams `train target` samples from ({raw,chat}_{train,held}), for request -> code;
+    the training chat stream comes with ``chat_train_mask`` / ``chat_train_starts`` so that the
+    loss falls on replies only and every chat window starts at a request."""
     from .corpus import read_source, split_files
+    from .record_tasks import record_tasks
 
     rng = random.Random(seed)
     train_files, held_files = split_files(corpus)
     synthetic = synthetic_examples(rng)
+    records = synthetic_examples(rng, phrasings=1, tasks=record_tasks(seed, combos_per_thing=3))
     package_files = []
     for module, (root, declared) in package_roots(log).items():
         package_files += sorted(p for p in root.rglob("*.py") if "tests" not in p.parts and "test" not in p.parts)
-    doc_train = docstring_examples(train_files + package_files, rng)
-    doc_held = docstring_examples(held_files, rng)
+    doc_train = docstring_examples(train_files + package_files, rng, UNNAMED_DOCSTRING_SHARE)
+    doc_held = docstring_examples(held_files, rng, UNNAMED_DOCSTRING_SHARE)
     stdlib_raw = [read_source(p) for p in rng.sample(train_files, len(train_files) // 3)]
     streams = {}
+    doc_share = 1.0 - RECORD_SHARE - 0.35
     for split, (doc_chat, doc_raw), raw_files in (("train", doc_train, stdlib_raw),
                                                    ("held", doc_held, [read_source(p) for p in held_files[:8]])):
         syn_chat, syn_raw = synthetic[split]
-        chat = mix([(syn_chat, 1.0 - DOCSTRING_SHARE), (doc_chat, DOCSTRING_SHARE)], rng)
-        raw = mix([(syn_raw * 3 + doc_raw, 1.0 - STDLIB_RAW_SHARE), (raw_files, STDLIB_RAW_SHARE)], rng)
-        streams[f"chat_{split}"] = tokenize_stream(tokenizer, chat)
+        rec_chat, rec_raw = records[split]
+        chat = mix([(syn_chat, 0.35), (rec_chat, RECORD_SHARE), (doc_chat, doc_share)], rng)
+        raw = mix([(syn_raw * 3 + rec_raw + doc_raw, 1.0 - STDLIB_RAW_SHARE), (raw_files, STDLIB_RAW_SHARE)], rng)
+        if split == "train":
+            examples = tokenize_chat_examples(tokenizer, chat)
+            streams["chat_train"] = examples["ids"]
+            streams["chat_train_mask"] = examples["mask"]
+            streams["chat_train_starts"] = examples["starts"]
+        else:
+            streams["chat_held"] = tokenize_stream(tokenizer, chat)
         streams[f"raw_{split}"] = tokenize_stream(tokenizer, raw)
-    log("request data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in streams.items())
-        + f"; {len(synthetic['train'][1])} task solutions, {len(doc_train[1])} docstring functions")
+    log("request data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in streams.items() if "_train_" not in k)
+        + f"; {len(synthetic['train'][1])} task solutions, {len(records['train'][1])} record tasks, "
+        f"{len(doc_train[0])} docstring pairs")
     return streams
 
 

@@ -119,6 +119,15 @@ def sample_windows(stream: torch.Tensor, n: int, seq_len: int, gen: torch.Genera
     return torch.stack([stream[s : s + seq_len] for s in starts.tolist()]).long()
 
 
+def example_windows(stream: torch.Tensor, mask: torch.Tensor, starts: torch.Tensor, n: int, seq_len: int,
+                    gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(windows, their masks): ``n`` windows of ``seq_len`` that each start at an example's start."""
+    usable = starts[starts <= len(stream) - seq_len]
+    picks = usable[torch.randint(0, len(usable), (n,), generator=gen)].tolist()
+    return (torch.stack([stream[s : s + seq_len] for s in picks]).long(),
+            torch.stack([mask[s : s + seq_len] for s in picks]))
+
+
 def eval_windows(stream: torch.Tensor, n: int, seq_len: int) -> torch.Tensor:
     if len(stream) <= seq_len:
         stream = stream.repeat(seq_len // max(1, len(stream)) + 2)
@@ -433,18 +442,25 @@ class _TargetRun:
         export_model(self.model, self.tokenizer, self.out, meta)
         return res
 
-    def batch(self) -> torch.Tensor:
-        """Raw source windows mixed with chat windows (``chat_fraction`` of the batch)."""
-        cfg = self.cfg
-        n_chat = int(round(cfg.batch_size * cfg.chat_fraction)) if len(self.data["chat_train"]) else 0
-        parts = [sample_windows(self.data["raw_train"], cfg.batch_size - n_chat, cfg.seq_len, self.gen)]
-        if n_chat:
-            parts.append(sample_windows(self.data["chat_train"], n_chat, cfg.seq_len, self.gen))
-        return torch.cat(parts)
+    def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, labels): raw source windows mixed with chat windows (``chat_fraction`` of the
+        batch). With a reply mask (``--data requests``) chat windows start at a request and only
+        reply tokens are labelled (-100 elsewhere)."""
+        cfg, data = self.cfg, self.data
+        n_chat = int(round(cfg.batch_size * cfg.chat_fraction)) if len(data["chat_train"]) else 0
+        raw = sample_windows(data["raw_train"], cfg.batch_size - n_chat, cfg.seq_len, self.gen)
+        if not n_chat:
+            return raw, raw
+        if "chat_train_starts" not in data:
+            chat = sample_windows(data["chat_train"], n_chat, cfg.seq_len, self.gen)
+            return torch.cat([raw, chat]), torch.cat([raw, chat])
+        chat, mask = example_windows(data["chat_train"], data["chat_train_mask"], data["chat_train_starts"],
+                                     n_chat, cfg.seq_len, self.gen)
+        return torch.cat([raw, chat]), torch.cat([raw, chat.masked_fill(mask == 0, -100)])
 
-    def losses(self, x: torch.Tensor, loop_seqs: list):
+    def losses(self, x: torch.Tensor, labels: torch.Tensor, loop_seqs: list):
         """The next-token loss, the unlikelihood loss (None without looping continuations), their sum."""
-        mle = self.model(input_ids=x, labels=x).loss
+        mle = self.model(input_ids=x, labels=labels).loss
         if not loop_seqs:
             return mle, None, mle
         picks = torch.randint(0, len(loop_seqs), (self.cfg.unlikelihood_batch,), generator=self.gen).tolist()
@@ -462,8 +478,8 @@ class _TargetRun:
         while (p := budget.progress(clock.step, clock.work, clock.elapsed)) < 1.0:
             lr = cosine_lr(p, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
             set_lr(self.opt, lr)
-            x = self.batch()
-            mle, ul, loss = self.losses(x, loop_seqs)
+            x, labels = self.batch()
+            mle, ul, loss = self.losses(x, labels, loop_seqs)
             gnorm = optimizer_update(self.opt, loss, self.model.parameters(), cfg.grad_clip)
             dt = clock.advance(x.numel())
             lv, ul_value = mle.item(), (None if ul is None else ul.item())

@@ -18,9 +18,10 @@ from .conftest import ARTIFACTS, VIEWPORT, launch
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.slow]
 
 TOKENS = "#token-view .tok"
-LONG_CANDIDATES = ("Write a long Python module with many small helper functions and docstrings.",
-                   "Explain every Python built-in function, one paragraph each.",
-                   "def parse(text):\n")
+# Raw code prefixes, sent through the Complete tab exactly as checked here (a chat reply of the
+# embedded pair ends in a few dozen tokens, before a kill could land mid-reply).
+LONG_CANDIDATES = ("def parse(text):\n", "class Parser:\n    def __init__(self, text):\n",
+                   "import os\nimport sys\n\n\ndef main(argv):\n", "class Config:\n")
 
 
 @pytest.fixture(scope="module")
@@ -92,21 +93,26 @@ def test_a_chat_answered_by_vllm_streams_coloured_tokens_charts_and_is_stored(vl
     page.click("#chat-tab-button")
 
 
+def complete(page, code: str) -> None:
+    """Put ``code`` in the Complete tab's editor and ask the model to continue it."""
+    page.click("#complete-tab-button")
+    page.locator("#code-editor .cm-content").click()
+    page.keyboard.press("ControlOrMeta+A")
+    page.keyboard.press("Delete")
+    page.keyboard.insert_text(code)
+    page.click("#complete")
+
+
 def long_prompt(engine) -> str:
-    """A prompt the model answers at length (checked now: the embedded pair may be retrained)."""
+    """A raw code prefix the model continues at length (checked now: the embedded pair may be retrained)."""
     for prompt in LONG_CANDIDATES:
-        ids = engine.encode(prompt, raw=prompt.startswith("def"))
+        ids = engine.encode(prompt, raw=True)
         events = list(engine.generate(ids, SamplingConfig(max_new_tokens=400)))
         if isinstance(events[-1], Finished) and events[-1].reason == "length":
             return prompt
     pytest.fail("no candidate prompt gives a long reply: add one to LONG_CANDIDATES")
 
 
-@pytest.mark.xfail(reason="a race, not the page: long_prompt() checks 'def parse(text):' as RAW text (400 tokens), "
-                          "but the page sends it as a chat message, which the embedded pair ends after 44 tokens, "
-                          "before the kill lands (reply stored 'complete'); no chat prompt tried gives 400 tokens: "
-                          "send it through the Complete tab instead (see issue #13 note)",
-                   strict=False)
 def test_a_server_killed_mid_reply_keeps_the_reply_as_interrupted_and_the_studio_up(vllm_page, vllm_app):
     studio, _ = vllm_app
     page = vllm_page
@@ -115,7 +121,7 @@ def test_a_server_killed_mid_reply_keeps_the_reply_as_interrupted_and_the_studio
     page.click("#new-session")
     page.wait_for_function("!document.querySelector('#chat .message')")
     assert page.locator("#max-new-tokens input[type='number']").input_value() == "800"
-    send(page, prompt)
+    complete(page, prompt)
     page.wait_for_function(f"document.querySelectorAll('{TOKENS}').length >= 2")
     os.killpg(engine.server.process.pid, signal.SIGKILL)  # vLLM dies mid-reply
 
@@ -127,6 +133,7 @@ def test_a_server_killed_mid_reply_keeps_the_reply_as_interrupted_and_the_studio
     assert page.locator(f"{TOKENS}").count() >= 2  # the partial reply stays on screen
 
     # the Studio stays up: the page answers, and the next request gets a clear message
+    page.click("#chat-tab-button")
     send(page, "Are you still there?")
     page.wait_for_function("document.body.innerText.includes('vLLM server is down')", timeout=90_000)  # reply or toast
     page.click("#new-session")

@@ -158,6 +158,7 @@ class VLLMEngine:
         self.plain_server: VLLMServer | None = None
         self.merged_chunks = 0  # replies whose chunks did not match vLLM's per-step list (see steps)
         self._lock = threading.Lock()
+        self._closed = False
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -280,6 +281,7 @@ class VLLMEngine:
 
     def _events(self, served: ServedModel, prompt_ids, sampling, cancel) -> Iterator[Event]:
         try:
+            self.revive(served)
             yield from ReplyStream(self, served, prompt_ids, sampling, cancel).run()
         except DFlashError as exc:
             yield Failed(kind=type(exc).__name__, message=str(exc))
@@ -298,10 +300,26 @@ class VLLMEngine:
             body["seed"] = sampling.seed
         return body
 
+    def own_server(self, served: ServedModel) -> VLLMServer | None:
+        """The server this engine started for ``served`` (None for a server at a URL)."""
+        return self.plain_server if served is self.plain and self.plain_server else self.server
+
+    def revive(self, served: ServedModel) -> None:
+        """A server this engine started that has died since the last request is started again
+        (same port, same log) before the next request, instead of failing every request until
+        the Studio restarts. A server at a URL is the user's to restart."""
+        server = self.own_server(served)
+        if server is None or self._closed or server.alive():
+            return
+        with self._lock:
+            if not server.alive():
+                log.warning("the vLLM server died (log %s); starting it again", server.log_path)
+                server.restart(self.config.startup_timeout_s)
+
     def server_gone(self, served: ServedModel, exc: Exception, mid_reply: bool) -> EngineUnavailableError:
         """Why a request could not go on: the server this engine started died (with its log's
         tail), or the one at the URL stopped answering."""
-        server = self.plain_server if served is self.plain and self.plain_server else self.server
+        server = self.own_server(served)
         what = "stopped mid-reply:" if mid_reply else "is down:"
         if server is not None and server.exited():
             return server.died_error(what)
@@ -309,6 +327,7 @@ class VLLMEngine:
                                       f"({type(exc).__name__}: {exc})")
 
     def close(self) -> None:
+        self._closed = True
         for server in (self.plain_server, self.server):
             if server is not None:
                 server.stop()

@@ -158,6 +158,18 @@ class VLLMServer:
                 progress(min(0.95, 0.2 + waited / 120), f"starting vLLM ({waited:.0f} s): {last}")
             time.sleep(poll_s)
 
+    def restart(self, timeout_s: float, progress: Progress | None = None) -> None:
+        """Start this server again on the same port (so its URL stays valid) after it died."""
+        if self.process is not None and self.process.poll() is None:
+            return
+        self.process = None
+        self.start()
+        try:
+            self.wait_ready(timeout_s, progress)
+        except BaseException:
+            self.stop()
+            raise
+
     def stop(self, grace_s: float = 15.0) -> None:
         process, self.process = self.process, None
         if process is None or process.poll() is not None:

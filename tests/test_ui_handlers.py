@@ -289,6 +289,22 @@ def test_sessions_list_switch_rename_search_delete_and_export(ctx, engine):
     assert out["session"] == first and out["confirm_row"].visible is False  # the page moves to the remaining one
 
 
+def test_new_session_shows_a_selected_entry_until_its_first_message(ctx, engine):
+    engine.enqueue("reply one", "reply two")
+    first, _ = send(ctx, "first topic")
+    run(ctx, first)
+    listing = h.new_session(ctx)["sessions"]
+    assert listing.choices[0] == h.NEW_SESSION_ENTRY and listing.value == h.NEW_SESSION_ENTRY[1]
+    assert ("first topic", first) in listing.choices  # nothing is stored for the empty session
+    assert ctx.store.count_sessions() == 1
+    assert h.select_session(ctx, h.NEW_SESSION_ENTRY[1])["session"] is None  # choosing the entry is a new page
+    assert h.search(ctx, "first", None).choices == [("first topic", first)]  # a search lists sessions only
+    second, _ = send(ctx, "second topic")  # the first message creates it, titled after itself
+    run(ctx, second)
+    listing = h.select_session(ctx, second)["sessions"]
+    assert listing.value == second and h.NEW_SESSION_ENTRY not in listing.choices
+
+
 def test_delete_all_asks_with_the_count_then_empties_the_page(ctx, engine):
     with pytest.raises(gr.Error, match="no sessions"):
         h.ask_delete_all(ctx)

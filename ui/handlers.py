@@ -106,8 +106,15 @@ def session_choices(ctx: UIContext, query: str = "") -> list[tuple[str, int]]:
     return [(s["title"], s["id"]) for s in sessions]
 
 
+NEW_SESSION_ENTRY = ("✎ New session (saved when you send)", 0)  # 0 is never a session id
+
+
 def session_list(ctx: UIContext, session_id: int | None, query: str = ""):
+    """The sessions list; a page with no session yet ("+ New session", a first visit) shows a
+    selected entry for it at the top, so the click visibly did something."""
     choices = session_choices(ctx, query)
+    if session_id is None and not (query and query.strip()):
+        return gr.Radio(choices=[NEW_SESSION_ENTRY, *choices], value=NEW_SESSION_ENTRY[1])
     value = session_id if any(v == session_id for _, v in choices) else None
     return gr.Radio(choices=choices, value=value)
 
@@ -235,7 +242,8 @@ def on_load(ctx: UIContext, remembered: int | None) -> dict:
 
 
 def select_session(ctx: UIContext, session_id, query: str = "") -> dict:
-    return session_view(ctx, int(session_id) if session_id is not None else None, query)
+    chosen = int(session_id) if session_id not in (None, NEW_SESSION_ENTRY[1]) else None
+    return session_view(ctx, chosen, query)
 
 
 def new_session(ctx: UIContext) -> dict:
@@ -300,8 +308,9 @@ def check_any_session(ctx: UIContext) -> int:
 def ask_delete_all(ctx: UIContext) -> dict:
     count = check_any_session(ctx)
     return {"confirm_all_row": gr.Row(visible=True),
-            "confirm_all_text": (f"Delete **all {count} session{'s' * (count != 1)}** and their messages? "
-                                 "They cannot be recovered: *Export* first to keep a copy.")}
+            "confirm_all_text": (("Delete **the only session** and its messages? " if count == 1 else
+                                  f"Delete **all {count} sessions** and their messages? ")
+                                 + "They cannot be recovered: *Export* first to keep a copy.")}
 
 
 def confirm_delete_all(ctx: UIContext) -> dict:

@@ -55,6 +55,15 @@ def wait_cycle(page, k: int) -> None:
     page.wait_for_selector(f"#teach-slots[data-cycle='{k}']")
 
 
+CLEAR_OF_CARET = """(selector) => {
+    const root = document.querySelector(selector), input = root.querySelector('input');
+    const caret = root.querySelector('.icon-wrap');
+    const style = getComputedStyle(input);
+    const textEnd = input.getBoundingClientRect().right - parseFloat(style.paddingRight);
+    return !!caret && textEnd <= caret.getBoundingClientRect().left + 1 && style.textOverflow === 'ellipsis';
+}"""
+
+
 def open_teach(page) -> None:
     page.click("#teach-button")
     page.wait_for_selector("#teach-slots")
@@ -90,6 +99,8 @@ def test_a_stored_reply_replays_cycle_by_cycle_and_compares_identical(page, fake
     reply = studio.store.get_messages(session_id)[-1]
     n = check_replay(page, studio.store, reply["id"])
     assert page.locator("#teach-cycle").inner_text().count(f"of {n}") == 1
+    for picker in ("#teach-session", "#teach-reply"):  # long choices end before the caret, with an ellipsis
+        assert page.evaluate(CLEAR_OF_CARET, picker), picker
     # every piece of a step is there
     for part in ("#teach-caption", "#teach-context .tt-anchor", "#teach-block .tb-cell[data-role='mask']",
                  "#teach-heatmap table", "#teach-text", "#teach-cache", "#teach-numbers"):

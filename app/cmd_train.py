@@ -47,7 +47,7 @@ def run_target(args) -> int:
                         heads=args.heads, kv_heads=args.kv_heads, head_dim=args.head_dim,
                         max_positions=args.max_positions)
     cfg = TargetTrainConfig(seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr,
-                            chat_fraction=args.chat_fraction,
+                            chat_fraction=args.chat_fraction, name_weight=args.name_weight,
                             checkpoint_minutes=args.checkpoint_minutes,
                             eval_windows=args.eval_windows, samples=args.samples,
                             sample_tokens=args.sample_tokens,
@@ -166,6 +166,8 @@ def _register_target(sub) -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=1.5e-3)
     p.add_argument("--chat-fraction", type=float, default=0.5)
+    p.add_argument("--name-weight", type=float, default=1.0,
+                   help="with --data requests: loss weight of a reply's first line (the def/class name)")
     p.add_argument("--eval-windows", type=int, default=24)
     p.add_argument("--samples", type=int, default=6, help="greedy samples per evaluation")
     p.add_argument("--sample-tokens", type=int, default=96)

@@ -123,8 +123,11 @@ def test_task_streams_hold_only_the_simple_tasks():
 class ByteTokenizer:  # a byte tokenizer: enough to check what goes into the streams
     eos_token_id = 0
 
-    def __call__(self, texts, add_special_tokens=False):
-        return {"input_ids": [list(t.encode()) for t in texts]}
+    def __call__(self, texts, add_special_tokens=False, return_offsets_mapping=False):
+        out = {"input_ids": [list(t.encode()) for t in texts]}
+        if return_offsets_mapping:  # ASCII here: byte i is character i
+            out["offset_mapping"] = [[(i, i + 1) for i in range(len(t.encode()))] for t in texts]
+        return out
 
 
 def test_record_tasks_are_correct_on_topic_and_avoid_the_heldout_words():
@@ -135,10 +138,18 @@ def test_record_tasks_are_correct_on_topic_and_avoid_the_heldout_words():
     for task in tasks:
         tree = ast.parse(task.code)
         assert len(tree.body) == 1 and code_metrics.on_topic(task.request, task.code), task.request
+    heldout = request_data.heldout_keywords(HELDOUT)
+    assert "hamming" in heldout and "sphere" in heldout
+    sources = ['def send_packet(socket, packet_size):\n    """Send the packet over the socket."""\n'
+               '    return socket.send(packet_size)\n'] * 3
+    words = rt.identifier_words(sources, heldout)
+    assert "packet" in words and "socket" in words and "size" not in words  # 'size' never appears in prose
+    assert not rt.identifier_words(sources, {"packets", "sockets", "send"})
     vocabulary = set(rt.THINGS) | set(rt.THINGS.values()) | set(rt.MEASURES) | set(rt.LABELS)
-    heldout = {k for r in heldout_rows() if r["kind"] == "chat" for k in code_metrics.request_keywords(r["prompt"])}
     clashes = [(v, k) for v in vocabulary for k in heldout if code_metrics.same_word(k, v)]
     assert not clashes
+    widened = rt.record_tasks(seed=0, combos_per_thing=1, extra_words=("packet", "socket"))
+    assert any("packets" in t.request for t in widened) and all(code_metrics.on_topic(t.request, t.code) for t in widened)
     # the solutions run: records are dictionaries
     namespace = {}
     exec(rt.function("group_pets_by_owner", "pets",
@@ -162,6 +173,8 @@ def test_chat_examples_label_only_the_reply_and_start_at_a_request():
     assert len(ids) == len(mask) and starts == [0, len(texts[0].encode()) + 1]
     first = bytes(i for i, m in zip(ids[: starts[1]], mask[: starts[1]]) if m and i).decode()
     assert first == "def rev(s):\n    return s[::-1]<|end|>\n"  # the reply, its end and the separator
+    name_line = bytes(i for i, m in zip(ids, mask) if m == request_data.NAME_LINE).decode()
+    assert name_line == "def rev(s):def add(a, b):"  # each reply's first line, weighed by --name-weight
     prompt = bytes(i for i, m in zip(ids[: starts[1]], mask[: starts[1]]) if not m).decode()
     assert prompt == "<|user|>\nreverse it<|end|>\n<|assistant|>\n"
 

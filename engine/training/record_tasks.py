@@ -101,15 +101,67 @@ def _class_tasks(singular: str, measure: str, label: str) -> list[Task]:
     ]
 
 
-def record_tasks(seed: int = 0, combos_per_thing: int = 4) -> list[Task]:
-    """Every template for each thing, with ``combos_per_thing`` random (measure, label) pairs."""
+def record_tasks(seed: int = 0, combos_per_thing: int = 4, extra_words: tuple[str, ...] = ()) -> list[Task]:
+    """Every template for each thing, with ``combos_per_thing`` random (measure, label) pairs.
+    ``extra_words`` (see ``identifier_words``) widen the vocabulary: each is a thing (plural +s)
+    with one template, and fills the measure and label slots too, so that a name can only be
+    right by copying the request's words (there are too many to learn by heart)."""
     rng = random.Random(seed)
+    things = dict(THINGS)
+    measures, labels = list(MEASURES) + list(extra_words), list(LABELS) + list(extra_words)
     out = []
-    for singular, plural in THINGS.items():
+    for singular, plural in things.items():
         for _ in range(combos_per_thing):
-            measure = rng.choice(MEASURES)
-            label = rng.choice([x for x in LABELS if x != singular])
+            measure = rng.choice(measures)
+            label = rng.choice([x for x in labels if x != singular])
             for request, name, params, body in _pairs(singular, plural, measure, label):
                 out.append(Task(request, function(name, params, body), "records"))
             out += _class_tasks(singular, measure, label)
+    for word in extra_words:
+        measure, label = rng.choice(measures), rng.choice(labels)
+        if word in (measure, label):
+            continue
+        templates = _pairs(word, word + "s", measure, label)
+        request, name, params, body = rng.choice(templates)
+        out.append(Task(request, function(name, params, body), "records"))
+        if rng.random() < 0.25:
+            out.append(rng.choice(_class_tasks(word, measure, label)))
     return out
+
+
+def identifier_words(sources: list[str], banned: set[str], min_count: int = 3, limit: int = 3000) -> tuple[str, ...]:
+    """Plain lower-case words (4-10 letters, not ending in s) that name things in real code: the
+    parts of identifiers in ``sources``, most frequent first, without Python keywords, the
+    words ``banned`` (the held-out requests' key words) or the metric's instruction words."""
+    import ast
+    import builtins
+    import keyword
+    import re
+    from collections import Counter
+
+    from engine.code_metrics import GENERIC_WORDS, same_word, split_identifier
+
+    counts: Counter = Counter()
+    prose: Counter = Counter()  # words of docstrings: an identifier part used in English is a word
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            name = getattr(node, "id", None) or getattr(node, "arg", None) or getattr(node, "attr", None)
+            if isinstance(name, str):
+                counts.update(split_identifier(name))
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module)):
+                prose.update(re.findall(r"\b[a-z]+\b", ast.get_docstring(node) or ""))
+    skip = set(dir(builtins)) | {"self", "cls", "args", "kwargs"}
+    words = []
+    for word, n in counts.most_common():
+        if n < min_count or len(words) >= limit:
+            break
+        if (word.isalpha() and word.isascii() and 4 <= len(word) <= 10 and not word.endswith("s")
+                and prose[word] >= 2 and word not in skip
+                and not keyword.iskeyword(word) and word not in GENERIC_WORDS
+                and not any(same_word(b, word) for b in banned)):
+            words.append(word)
+    return tuple(words)

@@ -203,11 +203,13 @@ def synthetic_examples(rng: random.Random, phrasings: int = SYNTHETIC_PHRASINGS,
 
 
 ASSISTANT_HEADER = "<|assistant|>\n"
+NAME_LINE = 2  # the mask's mark for the reply's first line (``def name(...)``), weighted by --name-weight
 
 
 def tokenize_chat_examples(tokenizer, texts: list[str]) -> dict:
     """A chat stream for reply-only loss: {'ids', 'mask' (1 on reply tokens, the <|end|> and
-    the separator included), 'starts' (where each example begins)}. The prompt (up to and
+    the separator included; ``NAME_LINE`` on the reply's first line, where the request's words
+    become a name), 'starts' (where each example begins)}. The prompt (up to and
     including the assistant header) and the reply are tokenized apart, as at inference time,
     where the prompt is encoded first and the reply is generated after it."""
     prompts, replies = [], []
@@ -216,12 +218,14 @@ def tokenize_chat_examples(tokenizer, texts: list[str]) -> dict:
         prompts.append(head + sep if sep else "")
         replies.append(reply if sep else text)
     prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"] if texts else []
-    reply_ids = tokenizer(replies, add_special_tokens=False)["input_ids"] if texts else []
+    encoded = tokenizer(replies, add_special_tokens=False, return_offsets_mapping=True) if texts else {}
+    reply_ids, offsets = encoded.get("input_ids", []), encoded.get("offset_mapping", [])
     ids, mask, starts = [], [], []
-    for p, r in zip(prompt_ids, reply_ids):
+    for p, r, spans, reply in zip(prompt_ids, reply_ids, offsets, replies):
+        first_line = len(reply.split("\n", 1)[0])
         starts.append(len(ids))
         ids += p + r + [tokenizer.eos_token_id]
-        mask += [0] * len(p) + [1] * (len(r) + 1)
+        mask += [0] * len(p) + [NAME_LINE if start < first_line else 1 for start, _ in spans] + [1]
     return {"ids": torch.tensor(ids, dtype=torch.int32), "mask": torch.tensor(mask, dtype=torch.int8),
             "starts": torch.tensor(starts, dtype=torch.int64)}
 
@@ -259,6 +263,21 @@ def mix(parts: list[tuple[list[str], float]], rng: random.Random) -> list[str]:
     return out
 
 
+HELDOUT_REQUESTS = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "heldout_requests.jsonl"
+
+
+def heldout_keywords(path: Path = HELDOUT_REQUESTS) -> set[str]:
+    """The key words of the held-out requests: kept out of the generated vocabulary."""
+    import json
+
+    from engine.code_metrics import request_keywords
+
+    if not path.exists():
+        return set()
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {k for r in rows if r.get("kind") == "chat" for k in request_keywords(r["prompt"])}
+
+
 RECORD_SHARE = 0.35  # of the chat tokens (task families 0.35, docstring pairs 0.30)
 UNNAMED_DOCSTRING_SHARE = 0.2
 
@@ -268,12 +287,13 @@ def build_request_streams(tokenizer, corpus: Path | None, seed: int, log=print) 
     the training chat stream comes with ``chat_train_mask`` / ``chat_train_starts`` so that the
     loss falls on replies only and every chat window starts at a request."""
     from .corpus import read_source, split_files
-    from .record_tasks import record_tasks
+    from .record_tasks import identifier_words, record_tasks
 
     rng = random.Random(seed)
     train_files, held_files = split_files(corpus)
     synthetic = synthetic_examples(rng)
-    records = synthetic_examples(rng, phrasings=1, tasks=record_tasks(seed, combos_per_thing=3))
+    words = identifier_words([read_source(p) for p in train_files], heldout_keywords())
+    records = synthetic_examples(rng, phrasings=1, tasks=record_tasks(seed, combos_per_thing=3, extra_words=words))
     package_files = []
     for module, (root, declared) in package_roots(log).items():
         package_files += sorted(p for p in root.rglob("*.py") if "tests" not in p.parts and "test" not in p.parts)

@@ -16,6 +16,7 @@ from engine.features import decoder_layers
 
 from .common import (Budget, JsonlLog, Progress, ThreadGovernor, TrainClock, cosine_lr, load_checkpoint,
                      optimizer_update, save_checkpoint, set_lr, set_seed, set_threads, write_json)
+from .request_data import NAME_LINE
 
 
 @dataclass
@@ -40,6 +41,9 @@ class TargetTrainConfig:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     chat_fraction: float = 0.5
+    # With reply-only chat data: the loss weight of the reply's first line (``def name(...)``),
+    # where the request's words must become the name; the rest of a reply weighs 1.
+    name_weight: float = 1.0
     checkpoint_minutes: float = 5.0
     eval_windows: int = 24
     samples: int = 6
@@ -117,6 +121,14 @@ def sample_windows(stream: torch.Tensor, n: int, seq_len: int, gen: torch.Genera
         stream = stream.repeat(reps)
     starts = torch.randint(0, len(stream) - seq_len, (n,), generator=gen)
     return torch.stack([stream[s : s + seq_len] for s in starts.tolist()]).long()
+
+
+def weighted_next_token_loss(logits: torch.Tensor, tokens: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of each next token, averaged with ``weights`` (of the predicted tokens)."""
+    per_token = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten(),
+                                                  reduction="none")
+    w = weights[:, 1:].flatten()
+    return (per_token * w).sum() / w.sum().clamp_min(1e-6)
 
 
 def example_windows(stream: torch.Tensor, mask: torch.Tensor, starts: torch.Tensor, n: int, seq_len: int,
@@ -443,24 +455,24 @@ class _TargetRun:
         return res
 
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(inputs, labels): raw source windows mixed with chat windows (``chat_fraction`` of the
-        batch). With a reply mask (``--data requests``) chat windows start at a request and only
-        reply tokens are labelled (-100 elsewhere)."""
+        """(inputs, per-token loss weights): raw source windows mixed with chat windows
+        (``chat_fraction`` of the batch). With a reply mask (``--data requests``) chat windows
+        start at a request and only reply tokens weigh (the name line ``name_weight``)."""
         cfg, data = self.cfg, self.data
         n_chat = int(round(cfg.batch_size * cfg.chat_fraction)) if len(data["chat_train"]) else 0
         raw = sample_windows(data["raw_train"], cfg.batch_size - n_chat, cfg.seq_len, self.gen)
-        if not n_chat:
-            return raw, raw
-        if "chat_train_starts" not in data:
-            chat = sample_windows(data["chat_train"], n_chat, cfg.seq_len, self.gen)
-            return torch.cat([raw, chat]), torch.cat([raw, chat])
+        if "chat_train_starts" not in data or not n_chat:
+            parts = [raw] + ([sample_windows(data["chat_train"], n_chat, cfg.seq_len, self.gen)] if n_chat else [])
+            x = torch.cat(parts)
+            return x, torch.ones_like(x, dtype=torch.float32)
         chat, mask = example_windows(data["chat_train"], data["chat_train_mask"], data["chat_train_starts"],
                                      n_chat, cfg.seq_len, self.gen)
-        return torch.cat([raw, chat]), torch.cat([raw, chat.masked_fill(mask == 0, -100)])
+        weights = torch.where(mask == NAME_LINE, cfg.name_weight, mask.float())
+        return torch.cat([raw, chat]), torch.cat([torch.ones_like(raw, dtype=torch.float32), weights])
 
-    def losses(self, x: torch.Tensor, labels: torch.Tensor, loop_seqs: list):
+    def losses(self, x: torch.Tensor, weights: torch.Tensor, loop_seqs: list):
         """The next-token loss, the unlikelihood loss (None without looping continuations), their sum."""
-        mle = self.model(input_ids=x, labels=labels).loss
+        mle = weighted_next_token_loss(self.model(input_ids=x).logits, x, weights)
         if not loop_seqs:
             return mle, None, mle
         picks = torch.randint(0, len(loop_seqs), (self.cfg.unlikelihood_batch,), generator=self.gen).tolist()
@@ -478,8 +490,8 @@ class _TargetRun:
         while (p := budget.progress(clock.step, clock.work, clock.elapsed)) < 1.0:
             lr = cosine_lr(p, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
             set_lr(self.opt, lr)
-            x, labels = self.batch()
-            mle, ul, loss = self.losses(x, labels, loop_seqs)
+            x, weights = self.batch()
+            mle, ul, loss = self.losses(x, weights, loop_seqs)
             gnorm = optimizer_update(self.opt, loss, self.model.parameters(), cfg.grad_clip)
             dt = clock.advance(x.numel())
             lv, ul_value = mle.item(), (None if ul is None else ul.item())

@@ -28,6 +28,21 @@ def encode_prompt(tokenizer, prompt: str | list[Message], raw: bool = False) -> 
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+BLOCK_ENDS = (":", '"""', "'''")  # a line after which the code goes on in a new, indented line
+
+
+def heal_code_prompt(code: str) -> str:
+    """Code to continue, with the line break (and indentation) after a line that opens a block
+    or a docstring left for the model to write ("token healing"). A BPE tokenizer for code
+    merges a line break with the next line's indentation ("\\n   " is one token), so a prompt
+    that ends in a bare "\\n" asks for what training text almost never holds, and the model
+    starts a new top-level line instead of the body. Only after such lines: elsewhere the
+    model could continue the last token of the line itself ("x = 1" -> "x = 10")."""
+    body = code.rstrip(" \t\n")
+    tail = code[len(body):]
+    return body if body and "\n" in tail and body.endswith(BLOCK_ENDS) else code
+
+
 def fit_request(prompt_ids: list[int], sampling: SamplingConfig, window: int) -> SamplingConfig:
     """Validate settings and the prompt against the context window; returns the settings to
     use (max_new_tokens shortened to what the window still holds)."""

@@ -59,3 +59,26 @@ def test_no_stop_found_changes_nothing():
 def test_a_stop_in_the_first_token():
     events, cancel = run("STOP here", ["STOP"])
     assert cancel.is_set() and events[0].first_text == "" and events[-1].text == ""
+
+
+def test_code_to_continue_leaves_the_line_break_after_a_block_opener_to_the_model():
+    from engine.prompts import heal_code_prompt
+
+    assert heal_code_prompt("def f(a):\n") == "def f(a):"
+    assert heal_code_prompt("def f(a):\n    ") == "def f(a):"  # the indentation too
+    assert heal_code_prompt('def f(a):\n    """Doc."""\n') == 'def f(a):\n    """Doc."""'
+    assert heal_code_prompt("x = 1\n") == "x = 1\n"  # the model could go on with "x = 10"
+    assert heal_code_prompt("def f(a):") == "def f(a):" and heal_code_prompt("\n\n") == "\n\n"
+
+
+def test_healing_matches_how_the_tokenizer_merges_a_line_break_with_indentation():
+    """Why it exists: in the embedded tokenizer "\\n   " is one token, so "):\\n" ends on a token
+    that training text follows with a new top-level line, never a body."""
+    from transformers import AutoTokenizer
+
+    from engine.loading import embedded_pair
+
+    target_dir, _ = embedded_pair()
+    tok = AutoTokenizer.from_pretrained(str(target_dir))
+    pieces = [tok.decode([i]) for i in tok("def f(a):\n    return a")["input_ids"]]
+    assert "\n" not in pieces and any(p.startswith("\n ") for p in pieces)

@@ -22,6 +22,7 @@ import gradio as gr
 from engine.config import FallbackConfig, SamplingConfig
 from engine.errors import DFlashError, PromptTooLongError, check_prompt_text
 from engine.interface import capabilities_of
+from engine.prompts import heal_code_prompt
 
 from . import charts
 from .context import STORE_ERRORS, UIContext
@@ -522,7 +523,7 @@ def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top
         raise gr.Error("Nothing to answer: the last message already has a reply.")
     last = messages[-1]
     complete = last["kind"] == "complete"
-    prompt = last["content"] if complete else _chat_prompt(messages)
+    prompt = heal_code_prompt(last["content"]) if complete else _chat_prompt(messages)
     request = GenerationRequest(session_id, prompt, complete, last["kind"], sampling, fallback, settings)
     base_rows, base_ids = chat_history(ctx, session_id)
     mode = "complete" if complete else "chat"
@@ -542,7 +543,7 @@ def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top
                 "msg_ids": base_ids + ([update.message_id] if update.message_id is not None else []),
                 "token_view": render_token_view(trace, mode), "stats": stats_html(trace)}
         if complete:
-            view["code"] = last["content"] + trace.text
+            view["code"] = prompt + trace.text
         now = time.monotonic()
         if update.final or now - last_chart >= ctx.chart_interval_s:  # charts at most every chart_interval_s
             last_chart = now

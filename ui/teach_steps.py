@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from engine.prompts import heal_code_prompt
+
 Verdict = Literal["anchor", "accepted", "rejected", "unverified", "bonus"]
 VERDICTS = ("anchor", "accepted", "rejected", "unverified", "bonus")
 MASK = "MASK"
@@ -288,7 +290,7 @@ def reply_prompt(messages: list[dict], reply: dict) -> tuple[object, bool]:
     if not users:
         raise ValueError("this reply has no user message before it")
     if reply.get("kind") == "complete" or users[-1].get("kind") == "complete":
-        return users[-1]["content"], True
+        return heal_code_prompt(users[-1]["content"]), True
     history = [{"role": m["role"], "content": m["content"]} for m in before
                if m.get("kind", "chat") == "chat" and m["role"] in ("user", "assistant") and m["content"]]
     return history, False

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from engine import code_metrics
+from engine.prompts import heal_code_prompt
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def summarize(scores: list[ReplyScore]) -> dict:
 def greedy_reply(model, tokenizer, prompt, max_new_tokens: int, stops: list[int]) -> tuple[list[int], bool]:
     """(new token ids without the stop token, whether a stop token ended the reply)."""
     if prompt.raw:
-        text = prompt.prompt
+        text = heal_code_prompt(prompt.prompt)  # as the app's Complete tab sends it
     else:
         messages = [{"role": "user", "content": prompt.prompt}] if isinstance(prompt.prompt, str) else list(prompt.prompt)
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -95,7 +96,8 @@ def evaluate_target(target_dir: Path, prompts_path: Path, max_new_tokens: int = 
         new, ended = greedy_reply(model, tokenizer, p, max_new_tokens, stops)
         reply = tokenizer.decode(new)
         kind = "complete" if p.raw else "chat"
-        scores.append(score_reply(p.name, kind, p.label, reply, len(new), ended, is_loop(new)))
+        shown = heal_code_prompt(p.prompt) if p.raw else p.label  # the text the reply continues
+        scores.append(score_reply(p.name, kind, shown, reply, len(new), ended, is_loop(new)))
         s = scores[-1]
         log(f"{'ok ' if s.parses and s.on_topic else 'no '} {kind:8} {p.name:18} parses={s.parses!s:5} "
             f"on_topic={s.on_topic!s:5} tokens={len(new)}")

@@ -145,7 +145,7 @@ def test_reply_prompt_rebuilds_what_the_app_sent(ctx, engine):
     h.submit_completion(ctx, session_id, "def f(x):\n", *CONTROLS)
     list(h.respond(ctx, session_id, *CONTROLS))
     messages = ctx.store.get_messages(session_id)
-    assert reply_prompt(messages, messages[-1]) == ("def f(x):\n", True)
+    assert reply_prompt(messages, messages[-1]) == ("def f(x):", True)  # healed, as the app sent it
 
 
 # ============================================================================ replay handlers

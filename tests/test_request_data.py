@@ -190,3 +190,11 @@ def test_example_windows_start_at_examples_and_carry_their_mask():
     windows, masks = example_windows(stream, mask, starts, 32, 20, torch.Generator().manual_seed(0))
     assert windows.shape == (32, 20) and set(windows[:, 0].tolist()) <= {0, 10, 40}  # 95 has no room
     assert torch.equal(masks.long(), windows % 2)
+
+
+def test_draft_prompts_are_training_requests_and_healed_code_lines():
+    rows = request_data.draft_prompt_rows(0, n=400)
+    assert len(rows) == 400 and {r["kind"] for r in rows} == {"chat", "complete"}
+    heldout = {r["prompt"].lower().rstrip(".") for r in heldout_rows()}
+    assert not any(r["prompt"].lower().rstrip(".") in heldout for r in rows)
+    assert all(r["prompt"].endswith(":") for r in rows if r["kind"] == "complete")  # as the Complete tab sends them

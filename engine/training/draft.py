@@ -616,7 +616,11 @@ def _regenerate(work: Path, train_pool: SequencePool, eval_pool: SequencePool, t
     """Fill the held-out pool, then the train pool until ``deadline``, with the target's own text."""
     stops = stop_ids(target, tokenizer)
     extra = []
-    if prompts_file:
+    if str(prompts_file) == "requests":  # the request -> code target's own kind of prompts
+        from .request_data import draft_prompt_rows
+
+        extra = draft_prompt_rows(seed)
+    elif prompts_file:
         extra = [json.loads(line) for line in Path(prompts_file).read_text().splitlines() if line.strip()]
     eval_prompts = build_prompts(tokenizer, corpus, cfg.eval_sequences, cfg, seed, heldout=True)
     fill_pool(eval_pool, work / "eval_sequences.pt", target, tokenizer, eval_prompts, cfg, stops,

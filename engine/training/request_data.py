@@ -334,3 +334,28 @@ def build_task_streams(tokenizer, corpus: Path | None, seed: int, log=print) -> 
         streams[f"raw_{split}"] = tokenize_stream(tokenizer, raws)
     log("task data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in streams.items()))
     return streams
+
+
+def draft_prompt_rows(seed: int, n: int = 2400) -> list[dict]:
+    """Prompts for `train draft --prompts requests`: what users of the request -> code target
+    send (chat requests in the training phrasings, and def/class lines to continue, healed as the
+    Complete tab sends them), so the draft learns the target's replies to exactly those.
+    Drawn from the task families and record tasks; the held-out requests are never among them."""
+    from engine.prompts import heal_code_prompt
+
+    from .record_tasks import record_tasks
+    from .task_families import all_tasks
+
+    rng = random.Random(seed)
+    tasks = all_tasks() + record_tasks(seed, combos_per_thing=1)
+    rng.shuffle(tasks)
+    rows = []
+    for task in tasks:
+        if len(rows) >= n:
+            break
+        if rng.random() < 0.75:
+            rows.append({"kind": "chat", "prompt": task_requests(task, 1, rng)[0]})
+        else:
+            first_line = task.code.split("\n", 1)[0] + "\n"
+            rows.append({"kind": "complete", "prompt": heal_code_prompt(first_line)})
+    return rows

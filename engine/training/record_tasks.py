@@ -50,30 +50,33 @@ LABELS = ("category", "genre", "status", "department", "language", "owner", "reg
 
 
 def _pairs(singular: str, plural: str, measure: str, label: str) -> list[tuple[str, str, str, str]]:
-    """(request, function name, parameters, body) for one thing and two of its fields."""
+    """(request, function name, parameters, body) for one thing and two of its fields. Names
+    start with a word of the request: right after ``def`` a word is tokenized as in prose (" st",
+    "u", "dent", "s"), so naming the code after the request is a plain copy of its tokens for a
+    small model (inside an identifier, "_students" splits differently and needs a mapping)."""
     s, p, m, l = singular, plural, measure, label
     key_m, key_l = f'{s}["{m}"]', f'{s}["{l}"]'
     return [
-        (f"sort a list of {p} by {m}", f"sort_{p}_by_{m}", p,
+        (f"sort a list of {p} by {m}", f"{p}_by_{m}", p,
          f"return sorted({p}, key=lambda {s}: {key_m})"),
-        (f"sort the {p} by {m} from highest to lowest", f"sort_{p}_by_{m}_desc", p,
+        (f"sort the {p} by {m} from highest to lowest", f"{p}_by_{m}_desc", p,
          f"return sorted({p}, key=lambda {s}: {key_m}, reverse=True)"),
-        (f"find the {s} with the highest {m}", f"highest_{m}_{s}", p,
+        (f"find the {s} with the highest {m}", f"{s}_with_highest_{m}", p,
          f"return max({p}, key=lambda {s}: {key_m})"),
-        (f"find the {s} with the lowest {m}", f"lowest_{m}_{s}", p,
+        (f"find the {s} with the lowest {m}", f"{s}_with_lowest_{m}", p,
          f"return min({p}, key=lambda {s}: {key_m})"),
-        (f"compute the total {m} of a list of {p}", f"total_{m}", p,
+        (f"compute the total {m} of a list of {p}", f"{m}_total", p,
          f"return sum({key_m} for {s} in {p})"),
-        (f"compute the average {m} of the {p}", f"average_{m}", p,
+        (f"compute the average {m} of the {p}", f"{m}_average", p,
          f"if not {p}:\n    return 0.0\nreturn sum({key_m} for {s} in {p}) / len({p})"),
         (f"keep only the {p} whose {m} is above a limit", f"{p}_above_{m}", f"{p}, limit",
          f"return [{s} for {s} in {p} if {key_m} > limit]"),
-        (f"group the {p} by {l}", f"group_{p}_by_{l}", p,
+        (f"group the {p} by {l}", f"{p}_grouped_by_{l}", p,
          f"groups = {{}}\nfor {s} in {p}:\n    groups.setdefault({key_l}, []).append({s})\nreturn groups"),
         (f"collect the {l} of every {s}", f"{s}_{l}s", p, f"return [{key_l} for {s} in {p}]"),
-        (f"count the {p} with a given {l}", f"count_{p}_by_{l}", f"{p}, {l}",
+        (f"count the {p} with a given {l}", f"{p}_count_by_{l}", f"{p}, {l}",
          f"return sum(1 for {s} in {p} if {key_l} == {l})"),
-        (f"find a {s} by its {l}", f"find_{s}_by_{l}", f"{p}, {l}",
+        (f"find a {s} by its {l}", f"{s}_by_{l}", f"{p}, {l}",
          f"for {s} in {p}:\n    if {key_l} == {l}:\n        return {s}\nreturn None"),
         (f"map each {s}'s {l} to its {m}", f"{l}_to_{m}", p, f"return {{{key_l}: {key_m} for {s} in {p}}}"),
         (f"remove the {p} that have no {l}", f"{p}_with_{l}", p, f'return [{s} for {s} in {p} if {s}.get("{l}")]'),

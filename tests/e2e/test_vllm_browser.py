@@ -13,6 +13,7 @@ import pytest
 
 from engine.config import SamplingConfig
 from engine.events import Finished
+from engine.prompts import heal_code_prompt
 
 from .conftest import ARTIFACTS, VIEWPORT, launch
 
@@ -107,7 +108,7 @@ def complete(page, code: str) -> None:
 def long_prompt(engine) -> str:
     """A raw code prefix the model continues at length (checked now: the embedded pair may be retrained)."""
     for prompt in LONG_CANDIDATES:
-        ids = engine.encode(prompt, raw=True)
+        ids = engine.encode(heal_code_prompt(prompt), raw=True)  # as the Complete tab sends it
         events = list(engine.generate(ids, SamplingConfig(max_new_tokens=400)))
         if isinstance(events[-1], Finished) and events[-1].reason == "length":
             return prompt

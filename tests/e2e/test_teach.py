@@ -119,8 +119,13 @@ def test_a_stored_reply_replays_cycle_by_cycle_and_compares_identical(page, fake
     page.wait_for_function("Number(document.querySelector('#teach-slots').dataset.cycle) >= 3", timeout=20_000)
     page.click("#teach-play")  # pause: the button says Play again and the cycle stays put
     page.wait_for_function("document.querySelector('#teach-play').innerText.includes('Play')")
-    page.wait_for_timeout(1000)  # a tick already on its way may still land
     paused_at = page.get_attribute("#teach-slots", "data-cycle")
+    for _ in range(3):  # a tick already on its way may still land (late on a loaded machine): let it settle
+        page.wait_for_timeout(1000)
+        now = page.get_attribute("#teach-slots", "data-cycle")
+        if now == paused_at:
+            break
+        paused_at = now
     page.wait_for_timeout(2000)
     assert page.get_attribute("#teach-slots", "data-cycle") == paused_at
     # session analytics: one reply in the table, charts drawn, export gives CSV + PNGs

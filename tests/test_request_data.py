@@ -198,3 +198,19 @@ def test_draft_prompts_are_training_requests_and_healed_code_lines():
     heldout = {r["prompt"].lower().rstrip(".") for r in heldout_rows()}
     assert not any(r["prompt"].lower().rstrip(".") in heldout for r in rows)
     assert all(r["prompt"].endswith(":") for r in rows if r["kind"] == "complete")  # as the Complete tab sends them
+
+
+def test_the_weighted_loss_is_the_usual_loss_with_unit_weights_and_ignores_zero_weights():
+    import torch
+
+    from engine.training.target import weighted_next_token_loss
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 6, 11, generator=gen)
+    tokens = torch.randint(0, 11, (2, 6), generator=gen)
+    usual = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 11), tokens[:, 1:].reshape(-1))
+    assert torch.allclose(weighted_next_token_loss(logits, tokens, torch.ones(2, 6)), usual)
+    weights = torch.zeros(2, 6)
+    weights[0, 3] = 2.0  # only the token at position 3 of the first row counts
+    only = torch.nn.functional.cross_entropy(logits[0, 2][None], tokens[0, 3][None])
+    assert torch.allclose(weighted_next_token_loss(logits, tokens, weights), only)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rebuild the embedded tiny coder (assets/models/tiny-coder) from scratch on a CPU.
-# About 10.5 hours on 2 cores; every step resumes from its --work checkpoint, so rerun this script
+# About 8 hours on 2 cores; every step resumes from its --work checkpoint, so rerun this script
 # after an interruption. Run it in the background:
 #   nohup bash scripts/rebuild_tiny_coder.sh > runs/rebuild.log 2>&1 &
 # The budgets are wall-clock: on a busy machine the same flags train fewer tokens.
@@ -37,21 +37,7 @@ dflash-studio train draft --target runs/target_ul/model --out runs/draft4/model 
     --init runs/draft3/model --lr 4e-4 --num-sequences 6400 --new-tokens 128 --gen-fraction 0.3 \
     --max-minutes 92 --cache-features-gb 14 --checkpoint-minutes 8 --seed 9
 
-# issue #17, the request -> code fine-tune of the anti-loop target (reply-only loss, windows that
-# start at a request): 30 minutes, then 60 more with the def line weighted 3x
-dflash-studio train target --init runs/target_ul/model --data requests --out runs/target_req/model \
-    --work runs/target_req/work --max-minutes 30 --batch-size 8 --lr 8e-4 --chat-fraction 0.75 --threads 2 \
-    --checkpoint-minutes 10 --samples 0 --seed 17
-dflash-studio train target --init runs/target_req/model --data requests --out runs/target_req2/model \
-    --work runs/target_req2/work --max-minutes 60 --batch-size 8 --lr 6e-4 --chat-fraction 0.75 --name-weight 3 \
-    --threads 2 --checkpoint-minutes 8 --samples 0 --seed 19
-# draft stage 5: the stage 4 draft on the request target, its own replies to request prompts
-dflash-studio train draft --target runs/target_req2/model --out runs/draft5/model --work runs/draft5/work $DRAFT_FLAGS \
-    --init runs/draft4/model --prompts requests --chat-fraction 0.5 --lr 4e-4 --num-sequences 3000 --new-tokens 96 \
-    --gen-fraction 0.3 --max-minutes 40 --cache-features-gb 10 --checkpoint-minutes 8 --seed 21
-
 mkdir -p assets/models/tiny-coder/target assets/models/tiny-coder/draft
-cp runs/target_req2/model/* assets/models/tiny-coder/target/
-cp runs/draft5/model/* assets/models/tiny-coder/draft/
-dflash-studio train eval --out runs/eval_heldout.json   # requests -> code, on the held-out set
+cp runs/target_ul/model/* assets/models/tiny-coder/target/
+cp runs/draft4/model/* assets/models/tiny-coder/draft/
 dflash-studio bench --no-fallback   # greedy, block 8, the shipped prompt set

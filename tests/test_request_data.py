@@ -150,14 +150,14 @@ def test_record_tasks_are_correct_on_topic_and_avoid_the_heldout_words():
     assert not clashes
     widened = rt.record_tasks(seed=0, combos_per_thing=1, extra_words=("packet", "socket"))
     assert any("packets" in t.request for t in widened) and all(code_metrics.on_topic(t.request, t.code) for t in widened)
-    # the solutions run: records are dictionaries
+    # the generated solutions run: records are dictionaries
     namespace = {}
-    exec(rt.function("group_pets_by_owner", "pets",
-                     'groups = {}\nfor pet in pets:\n    groups.setdefault(pet["owner"], []).append(pet)\nreturn groups'),
-         namespace)
-    assert namespace["group_pets_by_owner"]([{"owner": "a"}, {"owner": "b"}, {"owner": "a"}])["a"] == [
-        {"owner": "a"}, {"owner": "a"}]
     by_request = {t.request: t.code for t in tasks}
+    group_code = next(c for r, c in by_request.items() if r.startswith("group the pets by "))
+    label = group_code.split('["')[1].split('"]')[0]
+    exec(group_code, namespace)
+    grouped = namespace[group_code.split("def ")[1].split("(")[0]]([{label: "a"}, {label: "b"}, {label: "a"}])
+    assert grouped == {"a": [{label: "a"}, {label: "a"}], "b": [{label: "b"}]}
     sort_code = next(c for r, c in by_request.items() if r.startswith("sort a list of students by "))
     field = sort_code.split('["')[1].split('"]')[0]
     exec(sort_code, namespace)

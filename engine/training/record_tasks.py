@@ -110,10 +110,9 @@ def record_tasks(seed: int = 0, combos_per_thing: int = 4, extra_words: tuple[st
     with one template, and fills the measure and label slots too, so that a name can only be
     right by copying the request's words (there are too many to learn by heart)."""
     rng = random.Random(seed)
-    things = dict(THINGS)
     measures, labels = list(MEASURES) + list(extra_words), list(LABELS) + list(extra_words)
     out = []
-    for singular, plural in things.items():
+    for singular, plural in THINGS.items():
         for _ in range(combos_per_thing):
             measure = rng.choice(measures)
             label = rng.choice([x for x in labels if x != singular])

@@ -45,7 +45,6 @@ CLASS_PHRASINGS = ("{Imp}.", "{imp}", "Write Python code to {imp}.", "Please {im
                    "{Imp} in Python.")
 MAX_DOC_FUNCTION_LINES = 25
 SYNTHETIC_PHRASINGS = 8  # distinct phrasings per task
-DOCSTRING_SHARE = 0.4  # of the chat tokens
 STDLIB_RAW_SHARE = 0.5  # of the raw tokens
 
 
@@ -278,7 +277,10 @@ def heldout_keywords(path: Path = HELDOUT_REQUESTS) -> set[str]:
     return {k for r in rows if r.get("kind") == "chat" for k in request_keywords(r["prompt"])}
 
 
-RECORD_SHARE = 0.45  # of the chat tokens (task families 0.35, docstring pairs 0.20)
+# shares of the chat tokens in `--data requests`
+TASK_SHARE = 0.35
+RECORD_SHARE = 0.45
+DOCSTRING_SHARE = 1.0 - TASK_SHARE - RECORD_SHARE
 UNNAMED_DOCSTRING_SHARE = 0.2
 
 
@@ -301,12 +303,11 @@ def build_request_streams(tokenizer, corpus: Path | None, seed: int, log=print) 
     doc_held = docstring_examples(held_files, rng, UNNAMED_DOCSTRING_SHARE)
     stdlib_raw = [read_source(p) for p in rng.sample(train_files, len(train_files) // 3)]
     streams = {}
-    doc_share = 1.0 - RECORD_SHARE - 0.35
     for split, (doc_chat, doc_raw), raw_files in (("train", doc_train, stdlib_raw),
                                                    ("held", doc_held, [read_source(p) for p in held_files[:8]])):
         syn_chat, syn_raw = synthetic[split]
         rec_chat, rec_raw = records[split]
-        chat = mix([(syn_chat, 0.35), (rec_chat, RECORD_SHARE), (doc_chat, doc_share)], rng)
+        chat = mix([(syn_chat, TASK_SHARE), (rec_chat, RECORD_SHARE), (doc_chat, DOCSTRING_SHARE)], rng)
         raw = mix([(syn_raw * 3 + rec_raw + doc_raw, 1.0 - STDLIB_RAW_SHARE), (raw_files, STDLIB_RAW_SHARE)], rng)
         if split == "train":
             examples = tokenize_chat_examples(tokenizer, chat)

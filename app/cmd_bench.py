@@ -22,6 +22,13 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=0)
     add_proposal_option(parser)
     parser.add_argument("--limit", type=int, help="only the first N prompts")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="run each path N times per prompt, interleaved, and keep its fastest run (same seed, "
+                             "same tokens): steadier figures on a busy machine, N times the time (default 1)")
+    parser.add_argument("--heal", action="store_true",
+                        help="send raw code prefixes as the app's Complete tab does: a trailing line break after a "
+                             "line ending in ':' or a docstring is left to the model (default: exactly as written, "
+                             "as the API and `generate --raw` send them)")
     add_fallback_options(parser)
     parser.add_argument("--costs", action="store_true",
                         help="only measure the cost of one verify over B tokens and one draft pass (B = 1, 2, 4, 8, 16)")
@@ -49,7 +56,7 @@ def run(args) -> int:
     if args.replay:
         return run_replay(args)
     path = args.prompts or assets_dir() / "prompts" / "code.jsonl"
-    prompts = read_prompts(path)[: args.limit or None]
+    prompts = read_prompts(path, heal=args.heal)[: args.limit or None]
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, block_size=args.block_size,
                               temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                               seed=args.seed, proposal=args.proposal).validate()
@@ -57,14 +64,16 @@ def run(args) -> int:
     if args.engine == "vllm":
         summary = run_vllm(args, prompts, sampling)
     else:
-        summary = bench(Engine.load(engine_config(args)), prompts, sampling, fallback, progress_printer(args))
+        summary = bench(Engine.load(engine_config(args)), prompts, sampling, fallback, progress_printer(args),
+                        repeat=args.repeat)
     if args.json:
         print(json.dumps(summary, ensure_ascii=False))
         return 0
     ar, df = summary["ar"], summary["dflash"]
     threads = f" ({summary['threads']} thread{'s' * (summary['threads'] != 1)})" if summary.get("threads") else ""
     print(f"\n{summary['model']} on {summary['device']}{threads}, block {summary['block_size']}, T={summary['temperature']}, "
-          f"{summary['max_new_tokens']} new tokens, {summary['prompts']} prompts")
+          f"{summary['max_new_tokens']} new tokens, {summary['prompts']} prompts"
+          + (f", fastest of {summary['repeat']} runs per path" if summary.get("repeat", 1) > 1 else ""))
     print(f"plain ({ar['path']}): {ar['tokens']} tok in {ar['seconds']:.2f} s = {ar['tokens_per_s']:.1f} tok/s")
     print(f"DFlash: {df['tokens']} tok in {df['seconds']:.2f} s = {df['tokens_per_s']:.1f} tok/s")
     print(f"speedup {summary['speedup']:.2f}x, mean τ {df['mean_acceptance_length']:.2f}, "
@@ -150,7 +159,7 @@ def run_replay(args) -> int:
 
     if args.temperature > 0:
         raise InvalidRequestError("--replay is greedy only: with sampling the reply depends on the block sizes")
-    prompts = read_prompts(args.prompts or assets_dir() / "prompts" / "code.jsonl")[: args.limit or None]
+    prompts = read_prompts(args.prompts or assets_dir() / "prompts" / "code.jsonl", heal=args.heal)[: args.limit or None]
     engine = Engine.load(engine_config(args))
     block = engine.block_size
     measured = forward_costs(engine, context=args.context, sizes=sorted({1, 2, 4, 8, block} & set(range(1, block + 1))))

@@ -109,5 +109,5 @@ def _time_draft(target, draft, prompt, features, size: int) -> float:
     t0 = clock(device)
     hidden = draft(draft.embed(embeddings, ids), features[:, -size:],
                    torch.arange(context - size, context + width, device=device)[None], cache=draft_cache)
-    draft.compute_logits(hidden[0, 1:size], target.get_output_embeddings()).argmax(-1).tolist()
+    draft.proposal_logits(hidden[0, 1:size], target.get_output_embeddings()).argmax(-1).tolist()
     return clock(device) - t0

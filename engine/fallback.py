@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -177,20 +178,20 @@ class RollingStats:
         return expected_tau(freshest.accepted, block_size), len(freshest.accepted)
 
     def cost(self, block_size: int) -> float | None:
-        """Mean cycle cost (ms) at ``block_size``: measured, else the prior (module docstring)."""
+        """Typical cycle cost (ms) at ``block_size`` (median of the window): measured, else the prior."""
         measured = {b: s for b, s in self.sizes.items() if s.verify_ms}
         if not measured:
             return None
         if block_size in measured:
-            return _mean(measured[block_size].draft_ms) + _mean(measured[block_size].verify_ms)
-        verify = {b: _mean(s.verify_ms) for b, s in measured.items()}
+            return _typical(measured[block_size].draft_ms) + _typical(measured[block_size].verify_ms)
+        verify = {b: _typical(s.verify_ms) for b, s in measured.items()}
         if 1 not in verify:
             verify[1] = verify[max(verify)] / VERIFY_STEPS_PRIOR
         if block_size == 1:
             return verify[1]
         # One draft forward costs about the same at any block size: borrow the nearest measured one.
         drafted = [b for b in measured if b > 1]
-        draft_ms = _mean(measured[min(drafted, key=lambda b: abs(b - block_size))].draft_ms) if drafted else 0.0
+        draft_ms = _typical(measured[min(drafted, key=lambda b: abs(b - block_size))].draft_ms) if drafted else 0.0
         return interpolate(verify, block_size) + draft_ms
 
     def speedup(self, block_size: int) -> float | None:
@@ -201,8 +202,11 @@ class RollingStats:
         return speedup(tau[0], cost, plain)
 
 
-def _mean(values: "deque[float]") -> float:
-    return sum(values) / len(values)
+def _typical(values: "deque[float]") -> float:
+    """A cost's estimate: the median of its window. One step slowed by the machine (a pause of
+    the process, another program) is common on a shared CPU, and in a mean it doubled a plain
+    step's cost, so that speculation looked worth switching on at T = 0.7 where it loses."""
+    return statistics.median(values)
 
 
 # --- policies --------------------------------------------------------------------------------

@@ -40,4 +40,7 @@ dflash-studio train draft --target runs/target_ul/model --out runs/draft4/model 
 mkdir -p assets/models/tiny-coder/target assets/models/tiny-coder/draft
 cp runs/target_ul/model/* assets/models/tiny-coder/target/
 cp runs/draft4/model/* assets/models/tiny-coder/draft/
+# the draft proposes from the first 2,048 token ids only (a cheaper head on a CPU; docs/performance.md)
+python3 -c 'import json, sys; p = sys.argv[1]; c = json.load(open(p)); c["dflash_config"]["proposal_vocab_size"] = 2048; open(p, "w").write(json.dumps(c, indent=2) + "\n")' \
+    assets/models/tiny-coder/draft/config.json
 dflash-studio bench --no-fallback   # greedy, block 8, the shipped prompt set

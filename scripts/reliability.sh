@@ -4,6 +4,9 @@
 #
 #   bash scripts/reliability.sh              # 200 kills, 60 s of load, 100 Stops, 200 fuzz cases per endpoint
 #   KILLS=20 LOAD_S=10 STOPS=20 FUZZ=30 bash scripts/reliability.sh   # a quicker pass
+#   ONLY="fuzz load" FIGURES=runs/figures.jsonl bash scripts/reliability.sh
+#       # some groups only, their figures appended to FIGURES (kept), and the table from all of it:
+#       # the long groups can run on different days and still make one table
 #
 # Needs what scripts/test.sh installs (the test extras; Chromium for the XSS part).
 set -uo pipefail
@@ -13,7 +16,13 @@ KILLS=${KILLS:-200}
 LOAD_S=${LOAD_S:-60}
 STOPS=${STOPS:-100}
 FUZZ=${FUZZ:-200}
-figures=$(mktemp /tmp/dflash-reliability-XXXXXX.jsonl)
+ONLY=${ONLY:-}
+if [ -n "${FIGURES:-}" ]; then
+    figures=$FIGURES
+    touch "$figures"
+else
+    figures=$(mktemp /tmp/dflash-reliability-XXXXXX.jsonl)
+fi
 export GRADIO_ANALYTICS_ENABLED=False PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" DFLASH_FIGURES="$figures"
 export DFLASH_KILLS=$KILLS DFLASH_LOAD_S=$LOAD_S DFLASH_STOPS=$STOPS DFLASH_FUZZ_EXAMPLES=$FUZZ
 
@@ -21,6 +30,9 @@ status=0
 run() {  # run NAME pytest-args...: one group, its result remembered for the table
     local name=$1
     shift
+    if [ -n "$ONLY" ] && [[ " $ONLY " != *" $name "* ]]; then
+        return
+    fi
     echo "== $name: python3 -m pytest $*"
     if python3 -m pytest -q -p no:warnings "$@"; then
         echo "{\"figure\": \"result\", \"group\": \"$name\", \"passed\": true}" >>"$figures"
@@ -79,5 +91,5 @@ line("Stop presses", f"{g('stop', 'presses')} presses, worst {g('stop', 'worst_l
 line("model files (pickle, truncated, inconsistent, NaN, OOM)", "see tests/test_model_files.py", "models")
 line("new-user edges (empty prompt, context window, delete, import, MiMo)", "see tests/test_new_user_edges.py", "edges")
 EOF
-rm -f "$figures"
+[ -n "${FIGURES:-}" ] || rm -f "$figures"
 exit $status

@@ -35,6 +35,19 @@ def test_prompts_messages_and_kinds(tmp_path):
     assert raw.raw
 
 
+def test_heal_leaves_the_line_break_after_a_block_opener_to_the_model_as_the_complete_tab_does(tmp_path):
+    path = write(tmp_path,
+                 {"kind": "complete", "prompt": "def add(a, b):\n"},
+                 {"kind": "complete", "prompt": 'def f():\n    """Doc."""\n'},
+                 {"kind": "complete", "prompt": "x = 1\n"},
+                 {"prompt": "Write a function that ends with a colon:\n"})
+    healed = [p.prompt for p in read_prompts(path, heal=True)]
+    assert healed == ["def add(a, b):", 'def f():\n    """Doc."""', "x = 1\n",
+                      "Write a function that ends with a colon:\n"]  # chat prompts are never touched
+    assert [p.prompt for p in read_prompts(path)][0] == "def add(a, b):\n"  # as written unless asked
+    assert read_prompts("humaneval", heal=True)[0].prompt.endswith('"""')
+
+
 @pytest.mark.parametrize("line, why", [
     ("not json", r"prompts\.jsonl:1: "),
     (json.dumps({"text": "def f():"}), "'prompt' string"),

@@ -173,6 +173,35 @@ def test_cli_bench_json(pair, tmp_path, capsys):
     assert result["plain_paths_disagree"] == [r["name"] for r in result["per_prompt"] if r["plain_paths_disagree"]]
 
 
+def test_bench_repeat_runs_every_path_n_times_and_keeps_the_fastest(pair, monkeypatch):
+    from engine import bench as bench_module
+    from engine.bench import BenchPrompt, bench, fastest
+    from engine.errors import InvalidRequestError
+
+    assert fastest([("a", 10, 1.0), ("b", 10, 0.5), ("c", 12, 0.8)])[0] == "b"  # tokens per second decides
+    engine = engine_for(*pair[:2])
+    calls = {"hf": 0, "loop": 0}
+    real_hf, real_run = engine.hf_generate, bench_module.run_dflash
+
+    def hf(ids, sampling):
+        calls["hf"] += 1
+        return real_hf(ids, sampling)
+
+    def loop(*args):
+        calls["loop"] += 1
+        return real_run(*args)
+
+    monkeypatch.setattr(engine, "hf_generate", hf)
+    monkeypatch.setattr(bench_module, "run_dflash", loop)
+    prompts = [BenchPrompt("def add(a, b):", raw=True), BenchPrompt("Add two numbers.")]
+    result = bench(engine, prompts, SamplingConfig(max_new_tokens=8), repeat=3)
+    # one warm-up of each path, then 3 runs of each path per prompt
+    assert calls == {"hf": 1 + 3 * 2, "loop": 2 + 2 * 3 * 2}
+    assert result["repeat"] == 3 and result["identical"] == 2
+    with pytest.raises(InvalidRequestError, match="repeat"):
+        bench(engine, prompts, SamplingConfig(max_new_tokens=8), repeat=0)
+
+
 def test_generate_refuses_a_bad_request_when_called_before_any_event(pair):
     """The Engine interface promise callers rely on (ui.generation checks nothing itself)."""
     from engine.errors import InvalidRequestError

@@ -64,6 +64,35 @@ def test_greedy_dflash_equals_transformers_generate(target, block_size):
     assert finished.reason == "length"
 
 
+def test_a_draft_proposing_from_part_of_the_vocabulary_keeps_greedy_output_identical(target):
+    draft = tiny_draft(target, block_size=8)
+    draft.proposal_vocab_size = 40  # dflash_config.proposal_vocab_size: ids below 40 only
+    events, finished = run(target, draft, max_new_tokens=40)
+    assert list(finished.token_ids) == hf_greedy(target, PROMPT, 40)
+    drafted = [t for e in events if isinstance(e, Cycle) for t in e.draft_tokens]
+    assert drafted and max(drafted) < 40
+    hidden = torch.randn(3, target.config.hidden_size)
+    logits = draft.proposal_logits(hidden, target.get_output_embeddings())
+    full = draft.compute_logits(hidden, target.get_output_embeddings())
+    assert logits.shape == full.shape and torch.isinf(logits[:, 40:]).all()
+    torch.testing.assert_close(logits[:, :40], full[:, :40])
+
+
+def test_proposal_vocab_size_is_read_from_the_config_and_checked(target):
+    from engine.draft import DFlashDraftModel
+    from engine.errors import CheckpointError
+
+    config = tiny_draft(target).config
+    config.dflash_config = dict(config.dflash_config, proposal_vocab_size=50)
+    assert DFlashDraftModel(config).proposal_vocab_size == 50
+    for bad in (0, -3, 10_000, 2.5, "50", True):
+        config.dflash_config = dict(config.dflash_config, proposal_vocab_size=bad)
+        with pytest.raises(CheckpointError, match="proposal_vocab_size"):
+            DFlashDraftModel(config)
+    del config.dflash_config["proposal_vocab_size"]
+    assert DFlashDraftModel(config).proposal_vocab_size is None  # z-lab's drafts: the whole vocabulary
+
+
 def test_sliding_window_draft_equals_plain(target):
     draft = tiny_draft(target, layers=2, sliding_window=4)
     assert draft.layers[0].self_attn.is_causal and draft.layers[0].self_attn.sliding_window == 4

@@ -69,15 +69,19 @@ def stand_in_draft(target, fallback_logits, temperature):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("proposal,temperature,top_p", [("argmax", 1.0, 1.0), ("sample", 1.0, 1.0), ("sample", 0.7, 0.9)])
-def test_speculative_sampling_has_the_targets_distribution(monkeypatch, proposal, temperature, top_p):
+@pytest.mark.parametrize("proposal,temperature,top_p,proposal_vocab", [
+    ("argmax", 1.0, 1.0, None), ("sample", 1.0, 1.0, None), ("sample", 0.7, 0.9, None), ("sample", 1.0, 1.0, 6)])
+def test_speculative_sampling_has_the_targets_distribution(monkeypatch, proposal, temperature, top_p, proposal_vocab):
     """Every emitted token (accepted draft, correction or bonus) is distributed as the target's
     own sample given what came before: chi-square on the first four tokens' marginals, block 3,
-    so the fourth token is the bonus when both drafts are accepted."""
+    so the fourth token is the bonus when both drafts are accepted. ``proposal_vocab``: a draft
+    that proposes from the first ids only (``proposal_vocab_size``; q is 0 elsewhere)."""
     target = small_target(sharpness=2.5)  # peaked enough that whole blocks get accepted
     marginals = exact_marginals(target, 4, temperature, top_p)
     # the draft's q at slot j: the (j+1)-th token's marginal, sharpened (plausible, but not p)
     proposal_logits = torch.stack([m.clamp_min(1e-9).log() * 2.0 for m in marginals[1:]])
+    if proposal_vocab is not None:
+        proposal_logits[:, proposal_vocab:] = float("-inf")  # as DFlashDraftModel.proposal_logits leaves them
     monkeypatch.setattr(decode_module, "propose", stand_in_draft(target, proposal_logits, temperature))
     draft = tiny_draft(target, block_size=3)
     n = 800

@@ -373,6 +373,17 @@ def test_probe_wait_keeps_a_probes_expected_loss_within_the_budget():
     assert set(probe_waits(drive(policy(probe_every=6, probe_budget=0.0), [0] * 60))) == {6}
 
 
+def test_one_slow_plain_step_does_not_make_a_losing_block_look_fast():
+    # Off, four plain steps measured, one of them slowed 18x by the machine (a pause of the
+    # process); a probe at block 8 then accepts nothing (0.55x plain). A mean of the steps
+    # (116 ms) would price the probe at 2.9x and keep it; the median (22 ms) goes back off.
+    p = policy(probe_every=4, probe_every_max=4, probe_cycles=2, probe_budget=0.0)
+    plain_ms = iter([22.0] * 4 + [22.0, 22.0, 400.0, 22.0] + [22.0] * 10)
+    trace = drive(p, [0] * 16, timing=lambda b: (0.0, next(plain_ms)) if b == 1 else timing(b))
+    assert p.stats.cost(1) == 22.0
+    assert changes(trace) == [(8, 1), (1, 8), (8, 1), (1, 8), (8, 1)]  # every probe goes back off
+
+
 def test_floor_leaves_a_losing_block_without_the_hysteresis_margin():
     # r = 0: block 8 makes a token per 40 ms against 22 for plain (0.55x). With a 2x margin the
     # policy would keep it (off gains only 1.8x); the floor (0.95x) leaves it at once.

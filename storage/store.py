@@ -16,6 +16,7 @@ their cycles.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import sqlite3
 import threading
@@ -76,6 +77,29 @@ FORGET_RETRY_S = 10.0  # how long a delete retries the checkpoint that wipes the
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 DEFAULT_TITLE = "New session"
 MEMORY = ":memory:"
+SQLITE_MAX_INTEGER = 2**63 - 1
+
+
+def is_row_id(value: object) -> bool:
+    """An integer SQLite can hold as a row id (a larger one would raise OverflowError in the query)."""
+    return isinstance(value, int) and not isinstance(value, bool) and -SQLITE_MAX_INTEGER - 1 <= value <= SQLITE_MAX_INTEGER
+
+
+def _looks_up(kind: str):
+    """For a method whose first argument is a session or message id: an id no row can have (a
+    huge number from a client's state, a float) is a missing row, not an OverflowError."""
+    missing = SessionNotFound if kind == "session" else MessageNotFound
+
+    def decorate(method):
+        @functools.wraps(method)
+        def checked(self, row_id, *args, **kwargs):
+            if not is_row_id(row_id):
+                raise missing(f"{kind} {row_id} does not exist")
+            return method(self, row_id, *args, **kwargs)
+
+        return checked
+
+    return decorate
 
 
 @dataclass(frozen=True)
@@ -271,6 +295,7 @@ class SessionStore:
         )
         return [self._session_from_row(row) for row in rows]
 
+    @_looks_up("session")
     def get_session(self, session_id: int) -> Session:
         """One session with its ``message_count``; raises ``SessionNotFound``."""
         rows = self._query(f"{self._SESSION_SELECT} WHERE s.id = ?", [session_id])
@@ -284,18 +309,21 @@ class SessionStore:
         except sqlite_utils.db.NotFoundError:
             raise SessionNotFound(f"session {session_id} does not exist") from None
 
+    @_looks_up("session")
     def rename_session(self, session_id: int, title: str) -> None:
         """Give a session a new title."""
         title = self._check_title(title)
         with self._write() as db:
             self._touch_session(db, session_id, self._now(), title=title)
 
+    @_looks_up("session")
     def update_session_settings(self, session_id: int, settings: dict) -> None:
         """Replace a session's settings."""
         settings_json = settings_to_json(settings)
         with self._write() as db:
             self._touch_session(db, session_id, self._now(), settings=settings_json)
 
+    @_looks_up("session")
     def update_session_model(self, session_id: int, model: str) -> None:
         """Record the model a session now uses."""
         if not isinstance(model, str):
@@ -303,6 +331,7 @@ class SessionStore:
         with self._write() as db:
             self._touch_session(db, session_id, self._now(), model=model)
 
+    @_looks_up("session")
     def delete_session(self, session_id: int) -> bool:
         """Delete a session with its messages and their cycles. Returns True once the text is
         gone from the file too, False while another connection's read keeps it in the
@@ -345,6 +374,7 @@ class SessionStore:
     def _message_from_row(row: dict) -> Message:
         return Message.from_row(row, settings=settings_from_json(row["settings"]))
 
+    @_looks_up("session")
     def add_message(
         self,
         session_id: int,
@@ -406,6 +436,7 @@ class SessionStore:
         db.table("messages").update(message_id, {**columns, "updated_at": now})
         self._touch_session(db, session_id, now)
 
+    @_looks_up("message")
     def update_message(self, message_id: int, **fields: Any) -> None:
         """Change fields of a message: content, status, error, stats..."""
         columns = message_columns(fields)
@@ -424,11 +455,13 @@ class SessionStore:
             self._update_message_columns(db, message_id, columns, self._now())
             self._insert_cycles(db, message_id, cycle_rows)
 
+    @_looks_up("message")
     def reply_writer(self, message_id: int, flush_interval_s: float = 1.0) -> ReplyWriter:
         """A helper that saves a streaming reply at most every ``flush_interval_s`` and then finally."""
         self.get_message(message_id)  # fail here, not at the first flush
         return ReplyWriter(self, message_id, flush_interval_s)
 
+    @_looks_up("message")
     def get_message(self, message_id: int) -> Message:
         """One message; raises ``MessageNotFound``."""
         rows = self._query("SELECT * FROM messages WHERE id = ?", [message_id])
@@ -436,6 +469,7 @@ class SessionStore:
             raise MessageNotFound(f"message {message_id} does not exist")
         return self._message_from_row(rows[0])
 
+    @_looks_up("session")
     def get_messages(self, session_id: int) -> list[Message]:
         """A session's messages in order; raises ``SessionNotFound``."""
         with self._lock:
@@ -443,6 +477,7 @@ class SessionStore:
             rows = self._query("SELECT * FROM messages WHERE session_id = ? ORDER BY seq", [session_id])
         return [self._message_from_row(row) for row in rows]
 
+    @_looks_up("session")
     def delete_messages_after(self, session_id: int, seq: int) -> int:
         """Delete the messages after ``seq`` (and their cycles), for regenerate and edit; return how many."""
         with self._write() as db:
@@ -467,6 +502,7 @@ class SessionStore:
         except sqlite3.IntegrityError as exc:
             raise ValueError(f"message {message_id} already has a cycle with one of these indexes: {exc}") from None
 
+    @_looks_up("message")
     def append_cycles(self, message_id: int, cycles: Iterable[dict]) -> None:
         """Store a batch of cycle dicts (the engine's ``event_to_dict(cycle)``) in one transaction."""
         rows = [encode_cycle(cycle, message_id) for cycle in cycles]
@@ -474,6 +510,7 @@ class SessionStore:
             self._session_of_message(db, message_id)
             self._insert_cycles(db, message_id, rows)
 
+    @_looks_up("message")
     def get_cycles(self, message_id: int) -> list[dict]:
         """A reply's cycle dicts ordered by index, as they were given (JSON round trip)."""
         with self._lock:
@@ -481,6 +518,7 @@ class SessionStore:
             rows = self._query("SELECT * FROM cycles WHERE message_id = ? ORDER BY idx", [message_id])
         return [decode_cycle(row) for row in rows]
 
+    @_looks_up("session")
     def session_cycle_series(self, session_id: int) -> list[dict]:
         """Every cycle of a session's replies, light columns only, in order: for charts over time."""
         with self._lock:
@@ -504,6 +542,7 @@ class SessionStore:
         # home, engine.acceptance (the UI's analytics read ``session_cycle_series``).
         return totals
 
+    @_looks_up("message")
     def message_stats(self, message_id: int) -> dict:
         """Stats of one reply: cycles, tokens, mean_tau, acceptance_rate, draft_ms, verify_ms, ...
 
@@ -521,6 +560,7 @@ class SessionStore:
             "prompt_tokens": message["prompt_tokens"],
         }
 
+    @_looks_up("session")
     def session_stats(self, session_id: int) -> dict:
         """Stats over all assistant replies of a session, plus ``replies``: one summary per reply."""
         assistant_cycles = "message_id IN (SELECT id FROM messages WHERE session_id = ? AND role = 'assistant')"
@@ -567,6 +607,7 @@ class SessionStore:
     def _export_document(self, sessions: list[dict]) -> dict:
         return {"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "exported_at": self._now(), "sessions": sessions}
 
+    @_looks_up("session")
     def export_session(self, session_id: int) -> dict:
         """A JSON-ready export document holding one session, its messages and their cycles."""
         with self._lock:
@@ -628,6 +669,7 @@ class SessionStore:
             self._touch_session(db, session_id, now)
         return ImportResult(session_id, "merged" if new else "unchanged", len(new))
 
+    @_looks_up("session")
     def fork_session(self, session_id: int, before_seq: int, title: str | None = None) -> int:
         """A new session holding copies of this one's messages (with their cycles and settings)
         before sequence number ``before_seq``; the original is left as it is. Editing an earlier

@@ -221,6 +221,19 @@ def test_missing_sessions_raise_session_not_found(store):
     assert list(store.database["messages"].rows) == []
 
 
+@pytest.mark.parametrize("bad", [2**63, -(2**63) - 1, 10**30])
+def test_ids_sqlite_cannot_hold_are_missing_rows_not_crashes(store, bad):
+    # found by the long fuzz run: a page's remembered session id of 10**30 raised OverflowError
+    for call in (lambda: store.get_session(bad), lambda: store.rename_session(bad, "x"),
+                 lambda: store.delete_session(bad), lambda: store.add_message(bad, "user", "hi"),
+                 lambda: store.get_messages(bad), lambda: store.session_stats(bad), lambda: store.export_session(bad),
+                 lambda: store.update_session_settings(bad, {})):
+        with pytest.raises(SessionNotFound):
+            call()
+    with pytest.raises(MessageNotFound):
+        store.get_message(bad)
+
+
 def test_add_message_with_a_stale_last_seq_is_refused_and_writes_nothing(store):
     session_id = store.create_session()
     store.add_message(session_id, "user", "one", expected_last_seq=0)

@@ -273,6 +273,8 @@ def test_sessions_list_switch_rename_search_delete_and_export(ctx, engine):
 
     view = h.on_load(ctx, None)  # a fresh page shows the latest session
     assert view["session"] == second and view["chat"][0]["content"] == "second &lt;topic&gt;"
+    for junk in (10**30, float("inf"), float("nan"), "abc", -1):  # the remembered id is client state
+        assert h.on_load(ctx, junk)["session"] == second  # found by the long fuzz run (10**30 overflowed)
     view = h.on_load(ctx, first)  # ... or the one this browser showed last
     assert view["session"] == first and [r["role"] for r in view["chat"]] == ["user", "assistant"]
     assert 'data-origin="bonus"' in view["token_view"]  # the last reply's tokens

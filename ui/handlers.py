@@ -231,7 +231,7 @@ def on_load(ctx: UIContext, remembered: int | None) -> dict:
     if remembered is not None:
         try:
             session_id = ctx.store.get_session(int(remembered))["id"]
-        except (*STORE_ERRORS, TypeError):
+        except (*STORE_ERRORS, TypeError, ValueError, OverflowError):  # the browser's state is client data
             session_id = None
     if session_id is None:
         latest = ctx.store.list_sessions(limit=1)

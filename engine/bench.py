@@ -7,6 +7,7 @@ import json
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from .acceptance import AcceptanceCounts
 from .config import FallbackConfig, SamplingConfig
@@ -41,7 +42,7 @@ PUBLIC_SETS = ("humaneval",)
 def healed(prompts: list[BenchPrompt]) -> list[BenchPrompt]:
     """Raw code prefixes as the app's Complete tab sends them (``heal_code_prompt``: a trailing
     line break after a line that opens a block or a docstring is left for the model); chat
-    prompts unchanged. ``bench`` measures what a user of the app gets."""
+    prompts unchanged (``bench --heal``: measure what the Complete tab sends)."""
     return [replace(p, prompt=heal_code_prompt(p.prompt)) if p.raw and isinstance(p.prompt, str) else p
             for p in prompts]
 
@@ -129,11 +130,18 @@ def run_dflash(engine: Engine, prompt_ids, sampling, fallback) -> tuple[Finished
     return finished, cycles
 
 
-def fastest(runs: list[tuple]) -> tuple:
-    """The run with the most tokens per second among repeats of the same work (timeit's rule:
-    a slower repeat measured the machine's other work, not the code). Each run is
-    (..., tokens, seconds) at its end."""
-    return max(runs, key=lambda run: run[-2] / run[-1] if run[-1] > 0 else 0.0)
+class Run(NamedTuple):
+    """One run of one path on one prompt: what it returned, and its tokens and seconds."""
+
+    result: object
+    tokens: int
+    seconds: float
+
+
+def fastest(runs: list[Run]) -> object:
+    """The result of the run with the most tokens per second among repeats of the same work
+    (timeit's rule: a slower repeat measured the machine's other work, not the code)."""
+    return max(runs, key=lambda run: run.tokens / run.seconds if run.seconds > 0 else 0.0).result
 
 
 def bench(engine: Engine, prompts: list[BenchPrompt], sampling: SamplingConfig,
@@ -157,12 +165,12 @@ def bench(engine: Engine, prompts: list[BenchPrompt], sampling: SamplingConfig,
         hf_runs, ar_runs, df_runs = [], [], []
         for _ in range(repeat):
             hf_ids, hf_s = engine.hf_generate(ids, sampling_i)
-            hf_runs.append((hf_ids, len(hf_ids), hf_s))
+            hf_runs.append(Run((hf_ids, hf_s), len(hf_ids), hf_s))
             ar, _ = run_dflash(engine, ids, replace(sampling_i, block_size=1), None)
-            ar_runs.append((ar, ar.new_tokens, ar.total_ms / 1000))
+            ar_runs.append(Run(ar, ar.new_tokens, ar.total_ms / 1000))
             df, cycles = run_dflash(engine, ids, sampling_i, fallback)
-            df_runs.append((df, cycles, df.new_tokens, df.total_ms / 1000))
-        (hf_ids, _, hf_s), (ar, *_), (df, cycles, *_) = fastest(hf_runs), fastest(ar_runs), fastest(df_runs)
+            df_runs.append(Run((df, cycles), df.new_tokens, df.total_ms / 1000))
+        (hf_ids, hf_s), ar, (df, cycles) = fastest(hf_runs), fastest(ar_runs), fastest(df_runs)
         result.hf.add(len(hf_ids), hf_s)
         result.block1.add(ar.new_tokens, ar.total_ms / 1000)
         result.dflash.add(df.new_tokens, df.total_ms / 1000)

@@ -11,7 +11,8 @@ feeds after every cycle::
 
 Decision rule (``AdaptivePolicy``):
 
-- Estimates, over the last ``config.window`` cycles per block size: E[tau_b] and the cycle cost.
+- Estimates, over the last ``config.window`` cycles per block size: E[tau_b] and the cycle cost
+  (a median: one step slowed by the machine must not make speculation look cheap).
   From cycles at block B we know ``accepted`` exactly, so tau at any smaller b is
   ``min(accepted, b - 1) + 1`` (no model needed). Above the block in use tau is censored, which
   is why the policy only ever moves UP through probes.

@@ -175,10 +175,10 @@ def test_cli_bench_json(pair, tmp_path, capsys):
 
 def test_bench_repeat_runs_every_path_n_times_and_keeps_the_fastest(pair, monkeypatch):
     from engine import bench as bench_module
-    from engine.bench import BenchPrompt, bench, fastest
+    from engine.bench import BenchPrompt, Run, bench, fastest
     from engine.errors import InvalidRequestError
 
-    assert fastest([("a", 10, 1.0), ("b", 10, 0.5), ("c", 12, 0.8)])[0] == "b"  # tokens per second decides
+    assert fastest([Run("a", 10, 1.0), Run("b", 10, 0.5), Run("c", 12, 0.8)]) == "b"  # tokens per second decides
     engine = engine_for(*pair[:2])
     calls = {"hf": 0, "loop": 0}
     real_hf, real_run = engine.hf_generate, bench_module.run_dflash

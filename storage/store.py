@@ -455,7 +455,6 @@ class SessionStore:
             self._update_message_columns(db, message_id, columns, self._now())
             self._insert_cycles(db, message_id, cycle_rows)
 
-    @_looks_up("message")
     def reply_writer(self, message_id: int, flush_interval_s: float = 1.0) -> ReplyWriter:
         """A helper that saves a streaming reply at most every ``flush_interval_s`` and then finally."""
         self.get_message(message_id)  # fail here, not at the first flush

@@ -165,6 +165,20 @@ def test_record_tasks_are_correct_on_topic_and_avoid_the_heldout_words():
     assert [s[field] for s in ranked] == [1, 2, 3]
 
 
+def test_invented_words_avoid_the_heldout_words_and_make_on_topic_record_tasks():
+    from engine.training import record_tasks as rt
+
+    heldout = request_data.heldout_keywords(HELDOUT)
+    words = rt.invented_words(500, heldout | {"brako"}, seed=3)
+    assert len(words) == len(set(words)) == 500 and words == rt.invented_words(500, heldout | {"brako"}, seed=3)
+    assert all(w.isalpha() and w.islower() and 5 <= len(w) <= 10 and not w.endswith("s") for w in words)
+    assert not [(w, k) for w in words for k in heldout | {"brako"} if code_metrics.same_word(k, w)]
+    assert not [w for w in words if w in code_metrics.GENERIC_WORDS]
+    tasks = rt.record_tasks(seed=0, combos_per_thing=1, extra_words=words[:50])
+    invented = [t for t in tasks if any(w in t.request for w in words[:50])]
+    assert len(invented) >= 50 and all(code_metrics.on_topic(t.request, t.code) for t in invented)
+
+
 def test_chat_examples_label_only_the_reply_and_start_at_a_request():
     texts = ["<|user|>\nreverse it<|end|>\n<|assistant|>\ndef rev(s):\n    return s[::-1]<|end|>\n",
              "<|user|>\nsum it<|end|>\n<|assistant|>\ndef add(a, b):\n    return a + b<|end|>\n"]

@@ -167,3 +167,30 @@ def identifier_words(sources: list[str], banned: set[str], min_count: int = 3, l
                 and not any(same_word(b, word) for b in banned)):
             words.append(word)
     return tuple(words)
+
+
+_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "t", "v", "z", "br", "gr", "pl", "tr", "st", "sh", "ch")
+_VOWELS = ("a", "e", "i", "o", "u", "ai", "ou")
+_CODAS = ("", "", "", "n", "r", "l", "m", "k", "t")
+
+
+def invented_words(n: int, banned: set[str], seed: int = 0) -> tuple[str, ...]:
+    """``n`` made-up, pronounceable lower-case words ("brakomel", "tivaru"; 5-10 letters, not
+    ending in s), none of them an inflection of a ``banned`` word or of the metric's generic words.
+
+    Why: a name built from an invented word can only be right by copying the request's tokens
+    (BPE cuts such a word into 2-4 pieces, like most unseen real words: " volume" is " v", "ol",
+    "ume"), so record tasks over them train the multi-token copy that naming code after an unseen
+    request needs, instead of a mapping learned word by word."""
+    from engine.code_metrics import GENERIC_WORDS, same_word
+
+    rng = random.Random(seed)
+    avoid = set(banned) | set(GENERIC_WORDS)
+    out: dict[str, None] = {}
+    while len(out) < n:
+        word = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.randint(2, 3)))
+        word += rng.choice(_CODAS)
+        if 5 <= len(word) <= 10 and not word.endswith("s") and not any(same_word(b, word) for b in avoid):
+            out[word] = None
+    return tuple(out)
+

@@ -284,17 +284,19 @@ DOCSTRING_SHARE = 1.0 - TASK_SHARE - RECORD_SHARE
 UNNAMED_DOCSTRING_SHARE = 0.2
 
 
-def build_request_streams(tokenizer, corpus: Path | None, seed: int, log=print) -> dict:
+def build_request_streams(tokenizer, corpus: Path | None, seed: int, log=print, invented: int = 0) -> dict:
     """The streams `train target` samples from ({raw,chat}_{train,held}), for request -> code;
     the training chat stream comes with ``chat_train_mask`` / ``chat_train_starts`` so that the
-    loss falls on replies only and every chat window starts at a request."""
+    loss falls on replies only and every chat window starts at a request. ``invented``: that
+    many made-up words join the record vocabulary (``record_tasks.invented_words``)."""
     from .corpus import read_source, split_files
-    from .record_tasks import identifier_words, record_tasks
+    from .record_tasks import identifier_words, invented_words, record_tasks
 
     rng = random.Random(seed)
     train_files, held_files = split_files(corpus)
     synthetic = synthetic_examples(rng)
     words = identifier_words([read_source(p) for p in train_files], heldout_keywords())
+    words += invented_words(invented, heldout_keywords() | set(words), seed)
     records = synthetic_examples(rng, phrasings=1, tasks=record_tasks(seed, combos_per_thing=3, extra_words=words))
     package_files = []
     for module, (root, declared) in package_roots(log).items():
@@ -321,6 +323,16 @@ def build_request_streams(tokenizer, corpus: Path | None, seed: int, log=print) 
         + f"; {len(synthetic['train'][1])} task solutions, {len(records['train'][1])} record tasks, "
         f"{len(doc_train[0])} docstring pairs")
     return streams
+
+
+# made-up words in `--data copy` (the record vocabulary has ~1,650 real ones)
+COPY_CURRICULUM_WORDS = 4000
+
+
+def build_copy_streams(tokenizer, corpus: Path | None, seed: int, log=print) -> dict:
+    """`--data copy`: the request data with ``COPY_CURRICULUM_WORDS`` invented words in the
+    record tasks, so that most record names can only be right by copying the request."""
+    return build_request_streams(tokenizer, corpus, seed, log, invented=COPY_CURRICULUM_WORDS)
 
 
 def build_task_streams(tokenizer, corpus: Path | None, seed: int, log=print) -> dict:

@@ -56,6 +56,22 @@ def test_no_heldout_family_is_trained_on(tasks):
             assert defined not in train_names
 
 
+def test_no_fresh_prompt_is_a_training_request(tasks):
+    """assets/prompts/fresh_requests.jsonl (written in session 9, after the copy-curriculum data
+    was built, to judge the pair as a new user would): none of its requests is a training
+    request and none of its prefixes continues a task solution. Unlike the held-out set its
+    words may name training code: it measures the common requests, not generalisation."""
+    rows = [json.loads(line) for line in (HELDOUT.parent / "fresh_requests.jsonl").read_text().splitlines() if line.strip()]
+    requests = {t.request.lower().rstrip(".") for t in tasks}
+    solutions = "\n".join(t.code for t in tasks)
+    assert sum(r["kind"] == "chat" for r in rows) >= 20 and sum(r["kind"] == "complete" for r in rows) >= 5
+    for row in rows:
+        if row["kind"] == "chat":
+            assert row["prompt"].lower().rstrip(".") not in requests, row["name"]
+        else:
+            assert row["prompt"].split("\n")[0] not in solutions, row["name"]
+
+
 def test_phrasings_conjugate_the_verb_and_keep_the_request():
     assert request_data.third_person("count the vowels") == "counts the vowels"
     assert request_data.third_person("check whether") == "checks whether"
@@ -228,3 +244,26 @@ def test_the_weighted_loss_is_the_usual_loss_with_unit_weights_and_ignores_zero_
     weights[0, 3] = 2.0  # only the token at position 3 of the first row counts
     only = torch.nn.functional.cross_entropy(logits[0, 2][None], tokens[0, 3][None])
     assert torch.allclose(weighted_next_token_loss(logits, tokens, weights), only)
+
+
+def test_raw_code_is_sometimes_tokenized_as_a_prompt_sent_as_written():
+    """A share of the raw texts is cut after a block opener and tokenized in two pieces: the
+    stream then holds a bare line break followed by the body's own indentation, as a prompt
+    "def f(a):\\n" sent as written does (never a cut inside a line or after a plain line)."""
+    code = 'def f(a):\n    """Doc."""\n    return a\n'
+    seen = {tuple(request_data.split_after_block_opener(code, random.Random(seed))) for seed in range(20)}
+    assert seen == {("def f(a):\n", '    """Doc."""\n    return a\n'), ('def f(a):\n    """Doc."""\n', "    return a\n")}
+    assert request_data.split_after_block_opener("x = 1\ny = 2\n", random.Random(0)) == ["x = 1\ny = 2\n"]
+
+    class PieceTokenizer:  # one id per piece: shows where the stream was cut
+        eos_token_id = 0
+
+        def __call__(self, texts, add_special_tokens=False):
+            return {"input_ids": [[len(t)] for t in texts]}
+
+    whole = request_data.tokenize_stream(PieceTokenizer(), [code, "x = 1\n"]).tolist()
+    assert whole == [len(code), 0, 6, 0]
+    cut = request_data.tokenize_stream(PieceTokenizer(), [code] * 200, split_share=0.3, rng=random.Random(0)).tolist()
+    texts = " ".join(map(str, cut)).split(" 0")
+    split_count = sum(1 for t in texts if len(t.split()) == 2)
+    assert cut.count(0) == 200 and 30 <= split_count <= 90  # ~30 % cut, every text still ends once

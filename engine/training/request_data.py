@@ -229,13 +229,42 @@ def tokenize_chat_examples(tokenizer, texts: list[str]) -> dict:
             "starts": torch.tensor(starts, dtype=torch.int64)}
 
 
-def tokenize_stream(tokenizer, texts: list[str]) -> torch.Tensor:
+def split_after_block_opener(text: str, rng: random.Random) -> list[str]:
+    """``text`` cut right after the line break of one line that opens a block or a docstring
+    (chosen at random), or whole when it has none. Tokenized apart, the two pieces hold what a
+    prompt sent as written holds: a bare "\\n" token, then the indentation as its own token
+    (joined, the BPE merges "\\n   " into one), so the model learns to go on with the body there
+    instead of ending the text."""
+    from engine.prompts import BLOCK_ENDS
+
+    cuts, start = [], 0
+    for line in text.split("\n")[:-1]:
+        start += len(line) + 1
+        if line.rstrip().endswith(BLOCK_ENDS) and start < len(text) and text[start:start + 1] in " \t":
+            cuts.append(start)
+    if not cuts:
+        return [text]
+    cut = rng.choice(cuts)
+    return [text[:cut], text[cut:]]
+
+
+def tokenize_stream(tokenizer, texts: list[str], split_share: float = 0.0, rng: random.Random | None = None) -> torch.Tensor:
+    """The texts' ids back to back, each followed by the end-of-text id. ``split_share`` of
+    them (drawn with ``rng``) are tokenized in two pieces, cut by ``split_after_block_opener``."""
     ids: list[int] = []
-    if texts:
-        for seq in tokenizer(texts, add_special_tokens=False)["input_ids"]:
-            ids.extend(seq)
-            ids.append(tokenizer.eos_token_id)
+    rng = rng or random.Random(0)
+    pieces = [split_after_block_opener(t, rng) if split_share and rng.random() < split_share else [t] for t in texts]
+    flat = [piece for parts in pieces for piece in parts]
+    encoded = iter(tokenizer(flat, add_special_tokens=False)["input_ids"]) if flat else iter(())
+    for parts in pieces:
+        for _ in parts:
+            ids.extend(next(encoded))
+        ids.append(tokenizer.eos_token_id)
     return torch.tensor(ids, dtype=torch.int32)
+
+
+# share of the raw code texts tokenized as a prompt sent as written would be (`split_after_block_opener`)
+AS_WRITTEN_SHARE = 0.3
 
 
 def mix(parts: list[tuple[list[str], float]], rng: random.Random) -> list[str]:
@@ -318,7 +347,7 @@ def build_request_streams(tokenizer, corpus: Path | None, seed: int, log=print, 
             streams["chat_train_starts"] = examples["starts"]
         else:
             streams["chat_held"] = tokenize_stream(tokenizer, chat)
-        streams[f"raw_{split}"] = tokenize_stream(tokenizer, raw)
+        streams[f"raw_{split}"] = tokenize_stream(tokenizer, raw, AS_WRITTEN_SHARE, rng)
     log("request data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in streams.items() if "_train_" not in k)
         + f"; {len(synthetic['train'][1])} task solutions, {len(records['train'][1])} record tasks, "
         f"{len(doc_train[0])} docstring pairs")

@@ -23,7 +23,9 @@ TOKENS = "#token-view .tok"
 # Raw code prefixes, sent through the Complete tab exactly as checked here (a chat reply of the
 # embedded pair ends in a few dozen tokens, before a kill could land mid-reply).
 LONG_CANDIDATES = ("def parse(text):\n", "class Parser:\n    def __init__(self, text):\n",
-                   "import os\nimport sys\n\n\ndef main(argv):\n", "class Config:\n")
+                   "import os\nimport sys\n\n\ndef main(argv):\n", "class Config:\n",
+                   # module openings: a target that answers with short functions still writes on after them
+                   "# Copyright\n\nimport sys\n", "#!/usr/bin/env python3\nimport sys\n")
 
 
 @pytest.fixture(scope="module")

@@ -193,4 +193,3 @@ def invented_words(n: int, banned: set[str], seed: int = 0) -> tuple[str, ...]:
         if 5 <= len(word) <= 10 and not word.endswith("s") and not any(same_word(b, word) for b in avoid):
             out[word] = None
     return tuple(out)
-

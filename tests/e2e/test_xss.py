@@ -76,16 +76,46 @@ def import_document(payloads: list[str]) -> dict:
     return {"format": "dflash-studio-sessions", "version": 1, "exported_at": now, "sessions": sessions}
 
 
-def wait_stored_replies(studio, n: int, timeout_s: float = 120.0) -> None:
-    """Until ``n`` replies are stored as ended (a cut ``$$`` in a reply may hide its footer)."""
+def stored_messages(studio, role: str, ended: bool = False) -> list[dict]:
+    return [m for s in studio.store.list_sessions() for m in studio.store.get_messages(s["id"])
+            if m["role"] == role and not (ended and m["status"] == "streaming")]
+
+
+def page_state(page) -> str:
+    """What a failure message needs to say where a message got stuck: the input box, the toasts."""
+    box = page.input_value("#chat-input textarea", timeout=5_000)
+    toasts = page.locator(".toast-body").all_inner_texts()
+    return f"input box holds {len(box)} chars; toasts: {toasts[:3]}"
+
+
+def wait_until(condition, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        ended = [m for s in studio.store.list_sessions() for m in studio.store.get_messages(s["id"])
-                 if m["role"] == "assistant" and m["status"] != "streaming"]
-        if len(ended) >= n:
-            return
+        if condition():
+            return True
         time.sleep(0.2)
-    raise AssertionError(f"{n} replies did not end within {timeout_s} s")
+    return False
+
+
+def send_and_wait_reply(page, studio, text: str, n: int) -> None:
+    """Send ``text`` as the ``n``-th message and wait until its reply is stored as ended (the
+    store, not the page: a cut ``$$`` in a reply may hide its footer).
+
+    On a busy machine an Enter pressed while the previous reply's last page updates are still
+    arriving has once been lost (CI, stop 23: the fourth message never reached the server, with
+    no way to tell why). A user whose Enter did nothing presses it again; so does this test, once,
+    and only when the server provably has not got the message and the text is still in the box."""
+    page.fill("#chat-input textarea", text)
+    page.press("#chat-input textarea", "Enter")
+    if not wait_until(lambda: len(stored_messages(studio, "user")) >= n, 30.0):
+        state = page_state(page)
+        print(f"message {n} did not reach the server within 30 s ({state}); pressing Enter again", flush=True)
+        assert page.input_value("#chat-input textarea") == text, f"message {n} was neither sent nor kept: {state}"
+        page.press("#chat-input textarea", "Enter")
+        assert wait_until(lambda: len(stored_messages(studio, "user")) >= n, 60.0), \
+            f"message {n} did not reach the server after a second Enter ({page_state(page)})"
+    assert wait_until(lambda: len(stored_messages(studio, "assistant", ended=True)) >= n, 120.0), \
+        f"the reply to message {n} did not end within 120 s ({page_state(page)})"
 
 
 def open_page(browser, url):
@@ -107,9 +137,7 @@ def test_typed_text_and_model_output_never_run_or_fetch(browser, xss_app):
         for n, group in enumerate(groups, start=1):
             reply = "\n\n".join(reversed(group))
             engine.enqueue(FakeReply(reply, accept=(7,), fallback_at={}))
-            page.fill("#chat-input textarea", "\n\n".join(group))
-            page.press("#chat-input textarea", "Enter")
-            wait_stored_replies(studio, n)
+            send_and_wait_reply(page, studio, "\n\n".join(group), n)
             page.wait_for_function(f"document.querySelectorAll('#chat .message').length >= {2 * n}")
             time.sleep(0.5)
             watch.check(page, f"message {n}")

@@ -101,10 +101,11 @@ def send_and_wait_reply(page, studio, text: str, n: int) -> None:
     """Send ``text`` as the ``n``-th message and wait until its reply is stored as ended (the
     store, not the page: a cut ``$$`` in a reply may hide its footer).
 
-    On a busy machine an Enter pressed while the previous reply's last page updates are still
-    arriving has once been lost (CI, stop 23: the fourth message never reached the server, with
-    no way to tell why). A user whose Enter did nothing presses it again; so does this test, once,
-    and only when the server provably has not got the message and the text is still in the box."""
+    On a slow CI machine the fourth reply was once never stored (stop 23), and the test could not
+    tell whether the message had reached the server. Now it waits for the message first: a user
+    whose Enter did nothing presses it again; so does this test, once, and only when the server
+    provably has not got the message and the text is still in the box. Every failure says where
+    it stuck (the input box, the toasts)."""
     page.fill("#chat-input textarea", text)
     page.press("#chat-input textarea", "Enter")
     if not wait_until(lambda: len(stored_messages(studio, "user")) >= n, 30.0):

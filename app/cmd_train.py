@@ -183,7 +183,8 @@ def _register_draft(sub) -> None:
                    help="directory of *.py files for prompts (default: the standard library)")
     p.add_argument("--prompts", type=Path, default=None,
                    help='optional JSONL of {prompt|messages} records used as extra prompts, or "requests": the '
-                        "request -> code target's own kind of prompts (request_data.draft_prompt_rows)")
+                        "request -> code target's own kind of prompts (request_data.draft_prompt_rows), or "
+                        '"requests-wide": those and as many again that it never saw (draft_prompts)')
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--block-size", type=int, default=8)
     p.add_argument("--gamma", type=float, default=None, help="loss decay (default: 4 for B=8, 7 for 16)")

@@ -620,6 +620,10 @@ def _regenerate(work: Path, train_pool: SequencePool, eval_pool: SequencePool, t
         from .request_data import draft_prompt_rows
 
         extra = draft_prompt_rows(seed)
+    elif str(prompts_file) == "requests-wide":  # and prompts it never saw (draft_prompts)
+        from .draft_prompts import wide_draft_prompt_rows
+
+        extra = wide_draft_prompt_rows(seed, log=log)
     elif prompts_file:
         extra = [json.loads(line) for line in Path(prompts_file).read_text().splitlines() if line.strip()]
     eval_prompts = build_prompts(tokenizer, corpus, cfg.eval_sequences, cfg, seed, heldout=True)

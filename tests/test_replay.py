@@ -42,6 +42,19 @@ def test_compare_models_speedup_against_plain_decoding():
     assert result["b8"]["speedup"] < result["fallback"]["speedup"]  # the second reply never pays
 
 
+def test_compare_starts_each_reply_from_the_last_ones_memory_as_the_engine_does():
+    """Four replies where drafting never pays: the first pays to learn it (two cycles at full
+    block), the next three start with speculation off, as the engine's fallback memory does."""
+    hopeless = [[0] * 40 for _ in range(4)]
+    first = compare(hopeless[:1], {"fallback": FallbackConfig()}, 8, COSTS)["fallback"]
+    all_four = compare(hopeless, {"fallback": FallbackConfig()}, 8, COSTS)["fallback"]
+    reply_plain_ms = 40 * COSTS[1][1]  # 40 tokens after the prefill's, one plain step each
+    first_ms = reply_plain_ms / first["speedup"]
+    later_ms = 4 * reply_plain_ms / all_four["speedup"] - first_ms
+    assert first["speedup"] < 0.96
+    assert later_ms == pytest.approx(3 * reply_plain_ms, rel=1e-3)  # only plain steps after the first reply
+
+
 RUNS = Path(__file__).parent / "data" / "tiny_coder_runs.json"
 
 

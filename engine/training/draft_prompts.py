@@ -25,8 +25,7 @@ from pathlib import Path
 
 from engine import code_metrics
 
-from .request_data import (DISTRIBUTIONS, DOC_VERBS, PACKAGES, base_verb, docstring_request, draft_prompt_rows, licence_matches,
-                           package_licence)
+from .request_data import DOC_VERBS, PACKAGES, base_verb, docstring_request, draft_prompt_rows, package_roots
 
 # module -> the licence it must declare; none of these is in request_data.PACKAGES
 PROMPT_PACKAGES = {
@@ -36,8 +35,6 @@ PROMPT_PACKAGES = {
     "fsspec": "BSD-3-Clause", "yaml": "MIT", "jsonschema": "MIT", "starlette": "BSD-3-Clause",
     "anyio": "MIT", "rich": "MIT", "markdown_it": "MIT", "tomlkit": "MIT", "plotly": "MIT",
 }
-PROMPT_DISTRIBUTIONS = {"yaml": "PyYAML", "markdown_it": "markdown-it-py", "sqlite_utils": "sqlite-utils",
-                        "huggingface_hub": "huggingface-hub"}
 EVAL_SETS = ("unseen.jsonl", "heldout_requests.jsonl", "val_requests.jsonl", "fresh_requests.jsonl")
 PROMPTS_DIR = Path(__file__).resolve().parents[2] / "assets" / "prompts"
 CHAT_SHARE = 0.6  # of the wide prompts; the rest are code prefixes
@@ -113,21 +110,7 @@ def humaneval_texts() -> list[str]:
 
 
 def prompt_package_roots(log=print) -> dict[str, Path]:
-    import importlib.util
-
-    out = {}
-    for module, expected in PROMPT_PACKAGES.items():
-        assert module not in PACKAGES  # the target was trained on those
-        spec = importlib.util.find_spec(module)
-        declared = package_licence(PROMPT_DISTRIBUTIONS.get(module, DISTRIBUTIONS.get(module, module)))
-        if spec is None or not spec.submodule_search_locations or declared is None:
-            log(f"draft prompts: package {module} not installed; skipped")
-            continue
-        if not licence_matches(declared, expected):
-            log(f"draft prompts: package {module} declares {declared[:60]!r}, not {expected}; skipped")
-            continue
-        out[module] = Path(list(spec.submodule_search_locations)[0])
-    return out
+    return {module: root for module, (root, _) in package_roots(log, PROMPT_PACKAGES, "draft prompts").items()}
 
 
 def documented_functions(source: str) -> list[tuple[str, str]]:

@@ -31,7 +31,8 @@ PACKAGES = {
     "networkx": "BSD-3-Clause", "sortedcontainers": "Apache-2.0", "packaging": "Apache-2.0 OR BSD-2-Clause",
     "requests": "Apache-2.0", "dateutil": "Apache-2.0 OR BSD-3-Clause", "pygments": "BSD-2-Clause",
 }
-DISTRIBUTIONS = {"attr": "attrs", "dateutil": "python-dateutil", "jinja2": "Jinja2", "pygments": "Pygments"}
+DISTRIBUTIONS = {"attr": "attrs", "dateutil": "python-dateutil", "jinja2": "Jinja2", "pygments": "Pygments",
+                 "yaml": "PyYAML", "markdown_it": "markdown-it-py"}  # module -> distribution, where they differ
 
 # {imp}: "count the vowels in a string"; {third}: "counts the vowels in a string"
 PHRASINGS = (
@@ -138,19 +139,21 @@ def licence_matches(declared: str, expected: str) -> bool:
     return any(any(w in declared for w in words[k]) for k in families)
 
 
-def package_roots(log=print) -> dict[str, tuple[Path, str]]:
-    """{module: (source directory, declared licence)} for the allowed packages installed here."""
+def package_roots(log=print, packages: dict[str, str] = PACKAGES, what: str = "request data"
+                  ) -> dict[str, tuple[Path, str]]:
+    """{module: (source directory, declared licence)} for the allowed ``packages`` (module ->
+    the licence it must declare) installed here."""
     import importlib.util
 
     out = {}
-    for module, expected in PACKAGES.items():
+    for module, expected in packages.items():
         spec = importlib.util.find_spec(module)
         declared = package_licence(module)
         if spec is None or not spec.submodule_search_locations or declared is None:
-            log(f"request data: package {module} not installed; skipped")
+            log(f"{what}: package {module} not installed; skipped")
             continue
         if not licence_matches(declared, expected):
-            log(f"request data: package {module} declares {declared[:60]!r}, not {expected}; skipped")
+            log(f"{what}: package {module} declares {declared[:60]!r}, not {expected}; skipped")
             continue
         out[module] = (Path(list(spec.submodule_search_locations)[0]), declared)
     return out

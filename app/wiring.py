@@ -26,6 +26,9 @@ from .config import AppConfig  # noqa: E402
 from .netguard import GuardConfig, guard_middleware  # noqa: E402
 
 EMBEDDED_KEY = "tiny-coder (embedded)"
+# the opt-in pair shipped beside it (assets/models/tiny-coder-requests): a target that answers requests
+REQUESTS_PAIR = "tiny-coder-requests"
+REQUESTS_KEY = "tiny-coder-requests (answers requests)"
 
 
 @dataclass(frozen=True)
@@ -37,8 +40,9 @@ class ModelChoice:
 
 
 def model_catalog(config: AppConfig, embedded_dir: Path | None = None) -> list[ModelChoice]:
-    """The embedded pair, the pair given on the command line, and pairs in ``--models-dir``;
-    with ``--engine-url`` only the model that vLLM server serves."""
+    """The pair given on the command line, the embedded pair and the request pair shipped beside
+    it, and pairs in ``--models-dir`` (each pair once); with ``--engine-url`` only the model that
+    vLLM server serves."""
     if config.vllm is not None and config.vllm.url:
         return [ModelChoice(f"vLLM at {config.vllm.url}", config.vllm.target, None, "vLLM server")]
     choices: list[ModelChoice] = []
@@ -54,6 +58,10 @@ def model_catalog(config: AppConfig, embedded_dir: Path | None = None) -> list[M
         embedded_dir = embedded_pair()[0].parent
     if (embedded_dir / "target").is_dir() or not choices:
         choices.append(ModelChoice(EMBEDDED_KEY, None, None, "embedded"))
+    requests_pair = embedded_dir.parent / REQUESTS_PAIR
+    if (requests_pair / "target").is_dir() and (requests_pair / "draft").is_dir():
+        choices.append(ModelChoice(REQUESTS_KEY, str(requests_pair / "target"), str(requests_pair / "draft"),
+                                   "shipped beside the embedded pair: answers requests, its draft pays less"))
     if config.models_dir is not None:
         for folder in sorted(Path(config.models_dir).iterdir()):
             if (folder / "target").is_dir():
@@ -62,8 +70,11 @@ def model_catalog(config: AppConfig, embedded_dir: Path | None = None) -> list[M
                                            str(draft) if draft.is_dir() else None, str(folder)))
     seen, unique = set(), []
     for choice in choices:
-        if choice.key not in seen:
-            seen.add(choice.key)
+        target, draft = (choice.target, choice.draft) if choice.key != EMBEDDED_KEY else (
+            embedded_dir / "target", embedded_dir / "draft")
+        folders = (target and str(Path(target).resolve()), draft and str(Path(draft).resolve()))
+        if choice.key not in seen and (folders[0] is None or folders not in seen):
+            seen |= {choice.key, folders}
             unique.append(choice)
     return unique
 

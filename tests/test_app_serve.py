@@ -10,7 +10,7 @@ import pytest
 
 from app.cli import build_parser, main
 from app.config import ApiConfig, AppConfig, is_loopback, parse_auth
-from app.wiring import EMBEDDED_KEY, EngineHost, ModelChoice, model_catalog
+from app.wiring import EMBEDDED_KEY, REQUESTS_KEY, EngineHost, ModelChoice, model_catalog
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
 from tests.fake_engine import FakeEngine, fake_studio
@@ -54,6 +54,21 @@ def test_the_model_catalog_offers_command_line_and_models_dir_pairs(tmp_path):
     assert catalog[1] == ModelChoice("mimo", str(tmp_path / "mimo" / "target"), str(tmp_path / "mimo" / "draft"),
                                      str(tmp_path / "mimo"))
     assert [c.key for c in model_catalog(AppConfig(), embedded_dir=tmp_path / "missing")] == [EMBEDDED_KEY]
+
+
+def test_the_catalog_offers_the_shipped_request_pair_once():
+    """A new user picks the pair that answers requests in the app, no flags needed; with
+    ``--models-dir assets/models`` it is still listed once."""
+    from engine.loading import assets_dir
+
+    models = assets_dir() / "models"
+    pair = models / "tiny-coder-requests"
+    keys = [c.key for c in model_catalog(AppConfig())]
+    assert keys == [EMBEDDED_KEY, REQUESTS_KEY]
+    choice = model_catalog(AppConfig())[1]
+    assert (choice.target, choice.draft) == (str(pair / "target"), str(pair / "draft"))
+    listed = model_catalog(AppConfig(models_dir=models))
+    assert [c.key for c in listed] == [EMBEDDED_KEY, REQUESTS_KEY]
 
 
 def test_the_model_loads_in_the_background_with_progress_and_a_failure_keeps_the_old_one():

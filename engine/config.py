@@ -68,7 +68,7 @@ class FallbackConfig:
 
     enabled: bool = True
     reduced_block_size: int = 4
-    window: int = 8  # cycles in the rolling estimate of tau per block size
+    window: int = 32  # cycles in the rolling estimate of tau per block size
     hysteresis: float = 1.20  # switch only when the expected gain is >= 20 % (acceptance is bursty)
     floor: float = 0.95  # ... unless the block in use is expected slower than this x plain decoding
     probe_every: int = 4  # fewest cycles below full before probing full again
@@ -76,5 +76,5 @@ class FallbackConfig:
     probe_budget: float = 0.03  # a probe's expected loss <= this share of the time waited for it
     probe_cycles: int = 2
     measure_plain_step: bool = True  # the second cycle is one plain step: measures the cost unit
-    min_cycles_before_switch: int = 2
+    min_cycles_before_switch: int = 4
     preset: str | None = None  # "code" | "math" | "agent": the seeds' fixed tau thresholds

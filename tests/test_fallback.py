@@ -29,7 +29,7 @@ from engine.fallback import (
 
 FULL = 8
 # The scripted scenarios below use a fixed probe period (no backoff) and a 10 % margin.
-CONFIG = FallbackConfig(hysteresis=1.10, probe_every=24, probe_every_max=24, probe_cycles=4, min_cycles_before_switch=4,
+CONFIG = FallbackConfig(window=8, hysteresis=1.10, probe_every=24, probe_every_max=24, probe_cycles=4, min_cycles_before_switch=4,
                         measure_plain_step=False)  # reduced 4, window 8; the plain-step measurement has its own tests
 
 

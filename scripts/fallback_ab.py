@@ -1,0 +1,57 @@
+"""Two fallback windows side by side in one sitting (the eleventh session's A/B, docs/performance.md).
+
+    python3 scripts/fallback_ab.py PROMPTS.jsonl TEMPERATURE BLOCK [TARGET DRAFT]
+
+Per prompt, interleaved, twice (fastest run kept): our loop at block 1 (plain decoding), DFlash
+with today's fallback (window 32, first decision after 4 cycles), with the old one (window 8,
+after 2) and with fixed blocks. Each fallback runs on its own engine, so each keeps its own memory
+across replies as in `bench`. Prints tokens/s, speedup over block 1 and mean tau per path.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+from engine.bench import read_prompts, run_dflash
+from engine.config import EngineConfig, FallbackConfig, SamplingConfig
+from engine.runtime import Engine
+
+REPEATS = 2
+POLICIES = {"new": FallbackConfig(), "old": FallbackConfig(window=8, min_cycles_before_switch=2),
+            "fixed": FallbackConfig(enabled=False)}
+
+
+def main(argv: list[str]) -> None:
+    prompts, temperature, block = argv[0], float(argv[1]), int(argv[2])
+    config = EngineConfig(target=argv[3] if len(argv) > 4 else None, draft=argv[4] if len(argv) > 4 else None,
+                          threads=1)
+    engines = {"new": Engine.load(config), "old": Engine.load(config)}
+    engines["plain"] = engines["fixed"] = engines["new"]  # neither touches the fallback memory
+    totals = {path: [0, 0.0, []] for path in ("plain", *POLICIES)}
+    for number, item in enumerate(read_prompts(prompts)):
+        ids = engines["new"].encode(item.prompt, raw=item.raw)
+        sampling = engines["new"].check_request(ids, SamplingConfig(
+            max_new_tokens=96, temperature=temperature, block_size=block, seed=1234 + number))
+        best = {}
+        for _ in range(REPEATS):
+            for path in totals:
+                run_sampling = replace(sampling, block_size=1) if path == "plain" else sampling
+                finished, _ = run_dflash(engines[path], ids, run_sampling, POLICIES.get(path))
+                rate = finished.new_tokens / (finished.total_ms / 1000)
+                if path not in best or rate > best[path][0]:
+                    best[path] = (rate, finished)
+        for path, (_, finished) in best.items():
+            totals[path][0] += finished.new_tokens
+            totals[path][1] += finished.total_ms / 1000
+            totals[path][2] += list(finished.acceptance_lengths)
+    plain = totals["plain"][0] / totals["plain"][1]
+    for path in POLICIES:
+        tokens, seconds, taus = totals[path]
+        print(f"{path:6s} {tokens / seconds:7.1f} tok/s  {tokens / seconds / plain:.3f}x  "
+              f"tau {sum(taus) / max(1, len(taus)):.2f}")
+    print(f"plain  {plain:7.1f} tok/s  ({prompts}, T={temperature}, block {block})")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

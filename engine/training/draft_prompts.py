@@ -25,7 +25,7 @@ from pathlib import Path
 
 from engine import code_metrics
 
-from .request_data import DOC_VERBS, PACKAGES, base_verb, docstring_request, draft_prompt_rows, package_roots
+from .request_data import DOC_VERBS, base_verb, docstring_request, draft_prompt_rows, package_roots
 
 # module -> the licence it must declare; none of these is in request_data.PACKAGES
 PROMPT_PACKAGES = {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Rebuild the embedded tiny coder (assets/models/tiny-coder) from scratch on a CPU.
-# About 8 hours on 2 cores; every step resumes from its --work checkpoint, so rerun this script
-# after an interruption. Run it in the background:
+# Rebuild both shipped pairs from scratch on a CPU: the embedded tiny coder (assets/models/tiny-coder,
+# about 8 hours on 2 cores) and, from its target and draft, the pair that answers requests
+# (assets/models/tiny-coder-requests, about 6.5 hours more; issue #17). Every step resumes from its
+# --work checkpoint, so rerun this script after an interruption. Run it in the background:
 #   nohup bash scripts/rebuild_tiny_coder.sh > runs/rebuild.log 2>&1 &
 # The budgets are wall-clock: on a busy machine the same flags train fewer tokens.
 set -euo pipefail
@@ -37,10 +38,41 @@ dflash-studio train draft --target runs/target_ul/model --out runs/draft4/model 
     --init runs/draft3/model --lr 4e-4 --num-sequences 6400 --new-tokens 128 --gen-fraction 0.3 \
     --max-minutes 92 --cache-features-gb 14 --checkpoint-minutes 8 --seed 9
 
+# the draft proposes from the first 2,048 token ids only (a cheaper head on a CPU; docs/performance.md)
+cap_proposals() {
+    python3 -c 'import json, sys; p = sys.argv[1]; c = json.load(open(p)); c["dflash_config"]["proposal_vocab_size"] = 2048; open(p, "w").write(json.dumps(c, indent=2) + "\n")' "$1"
+}
 mkdir -p assets/models/tiny-coder/target assets/models/tiny-coder/draft
 cp runs/target_ul/model/* assets/models/tiny-coder/target/
 cp runs/draft4/model/* assets/models/tiny-coder/draft/
-# the draft proposes from the first 2,048 token ids only (a cheaper head on a CPU; docs/performance.md)
-python3 -c 'import json, sys; p = sys.argv[1]; c = json.load(open(p)); c["dflash_config"]["proposal_vocab_size"] = 2048; open(p, "w").write(json.dumps(c, indent=2) + "\n")' \
-    assets/models/tiny-coder/draft/config.json
+cap_proposals assets/models/tiny-coder/draft/config.json
 dflash-studio bench --no-fallback   # greedy, block 8, the shipped prompt set
+
+# ---- tiny-coder-requests (assets/models/tiny-coder-requests/README.md): the target that answers ----
+# every layer of the anti-loop target fine-tuned on request -> code pairs with invented names (--data copy)
+dflash-studio train target --init runs/target_ul/model --data copy --name-weight 3 --lr 8e-4 \
+    --chat-fraction 0.75 --batch-size 8 --threads 2 --max-minutes 62 --checkpoint-minutes 8 --seed 24 \
+    --out runs/requests/target/model --work runs/requests/target/work
+# its draft: three distillation runs on the new target's own replies, each from the one before
+dflash-studio train draft --init runs/draft4/model --target runs/requests/target/model $DRAFT_FLAGS \
+    --prompts requests --chat-fraction 0.5 --lr 6e-4 --num-sequences 4000 --new-tokens 96 --gen-fraction 0.22 \
+    --max-minutes 68 --cache-features-gb 8 --checkpoint-minutes 8 --seed 25 \
+    --out runs/requests/draft1/model --work runs/requests/draft1/work
+dflash-studio train draft --init runs/requests/draft1/model --target runs/requests/target/model $DRAFT_FLAGS \
+    --prompts requests --chat-fraction 0.5 --lr 5e-4 --num-sequences 8000 --new-tokens 96 --gen-fraction 0.2 \
+    --max-minutes 125 --cache-features-gb 10 --checkpoint-minutes 10 --seed 26 \
+    --out runs/requests/draft2/model --work runs/requests/draft2/work
+# the third on prompts the target never saw (requests from 20 other packages' docstrings)
+dflash-studio train draft --init runs/requests/draft2/model --target runs/requests/target/model $DRAFT_FLAGS \
+    --prompts requests-wide --chat-fraction 0.3 --lr 4e-4 --num-sequences 3000 --new-tokens 96 --gen-fraction 0.28 \
+    --max-minutes 100 --cache-features-gb 10 --checkpoint-minutes 10 --seed 27 \
+    --out runs/requests/draft3/model --work runs/requests/draft3/work
+
+mkdir -p assets/models/tiny-coder-requests/target assets/models/tiny-coder-requests/draft
+cp runs/requests/target/model/* assets/models/tiny-coder-requests/target/
+cp runs/requests/draft3/model/* assets/models/tiny-coder-requests/draft/
+cap_proposals assets/models/tiny-coder-requests/draft/config.json
+dflash-studio train eval --target assets/models/tiny-coder-requests/target \
+    --prompts assets/prompts/fresh_requests.jsonl --max-new-tokens 96   # parse / on-topic rates
+dflash-studio bench --target assets/models/tiny-coder-requests/target --draft assets/models/tiny-coder-requests/draft \
+    --prompts assets/prompts/unseen.jsonl --no-fallback

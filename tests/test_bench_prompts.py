@@ -87,3 +87,13 @@ def test_plain_path_disagreement_and_per_prompt_spread():
     assert plain_paths_disagree(0.0, 5.0) and not plain_paths_disagree(0.0, 0.0)
     assert spread([3.0, 1.0, 2.0, 10.0]) == {"median": 2.5, "q1": 1.75, "q3": 4.75, "min": 1.0, "max": 10.0}
     assert spread([2.0])["median"] == 2.0 and spread([]) == {}
+
+
+def test_bench_summary_says_what_identical_means_at_each_temperature():
+    """At T > 0 speculative sampling draws other tokens from the same distribution: the summary
+    must not call a match there 'identical greedy outputs'."""
+    from app.cmd_bench import identity_label
+
+    assert identity_label({"temperature": 0.0}) == "identical greedy outputs"
+    assert "greedy" not in identity_label({"temperature": 0.7})
+    assert "not expected" in identity_label({"temperature": 0.7})

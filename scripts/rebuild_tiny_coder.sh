@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rebuild both shipped pairs from scratch on a CPU: the embedded tiny coder (assets/models/tiny-coder,
-# about 8 hours on 2 cores) and, from its target and draft, the pair that answers requests
+# about 9.5 hours on 2 cores) and, from its target and draft, the pair that answers requests
 # (assets/models/tiny-coder-requests, about 6.5 hours more; issue #17). Every step resumes from its
 # --work checkpoint, so rerun this script after an interruption. Run it in the background:
 #   nohup bash scripts/rebuild_tiny_coder.sh > runs/rebuild.log 2>&1 &
@@ -37,6 +37,10 @@ dflash-studio train draft --target runs/target_ul/model --out runs/draft3/model 
 dflash-studio train draft --target runs/target_ul/model --out runs/draft4/model --work runs/draft4/work $DRAFT_FLAGS \
     --init runs/draft3/model --lr 4e-4 --num-sequences 6400 --new-tokens 128 --gen-fraction 0.3 \
     --max-minutes 92 --cache-features-gb 14 --checkpoint-minutes 8 --seed 9
+# draft stage 6: prompts stage 4 never had (requests, and requests / def prefixes from 20 other packages)
+dflash-studio train draft --target runs/target_ul/model --out runs/draft6/model --work runs/draft6/work $DRAFT_FLAGS \
+    --init runs/draft4/model --prompts requests-wide --chat-fraction 0.3 --lr 3e-4 --num-sequences 3000 \
+    --new-tokens 96 --gen-fraction 0.25 --max-minutes 80 --cache-features-gb 10 --checkpoint-minutes 10 --seed 31
 
 # the draft proposes from the first 2,048 token ids only (a cheaper head on a CPU; docs/performance.md)
 cap_proposals() {
@@ -44,7 +48,7 @@ cap_proposals() {
 }
 mkdir -p assets/models/tiny-coder/target assets/models/tiny-coder/draft
 cp runs/target_ul/model/* assets/models/tiny-coder/target/
-cp runs/draft4/model/* assets/models/tiny-coder/draft/
+cp runs/draft6/model/* assets/models/tiny-coder/draft/
 cap_proposals assets/models/tiny-coder/draft/config.json
 dflash-studio bench --no-fallback   # greedy, block 8, the shipped prompt set
 

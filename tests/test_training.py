@@ -412,7 +412,7 @@ def test_rebuild_script_is_valid_bash_and_every_command_parses():
     commands = [line.strip() for line in text.splitlines() if line.strip().startswith("dflash-studio ")]
     assert [c.split()[1:3] for c in commands if c.split()[1] == "train"] == [
         ["train", "tokenizer"], ["train", "target"], ["train", "draft"], ["train", "draft"],
-        ["train", "target"], ["train", "draft"], ["train", "draft"],
+        ["train", "target"], ["train", "draft"], ["train", "draft"], ["train", "draft"],
         ["train", "target"], ["train", "draft"], ["train", "draft"], ["train", "draft"], ["train", "eval"]]
     parser = build_parser()
     for command in commands:

@@ -401,7 +401,7 @@ def test_line_aligned_prefixes_are_whole_lines_within_the_budget(tokenizer_dir):
 
 
 def test_rebuild_script_is_valid_bash_and_every_command_parses():
-    """scripts/rebuild_tiny_coder.sh is the documented way to rebuild both shipped pairs (~14 h):
+    """scripts/rebuild_tiny_coder.sh is the documented way to rebuild both shipped pairs (~16 h):
     a renamed or removed flag must fail here, not hours into a rebuild."""
     from app.cli import build_parser
 

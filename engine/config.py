@@ -73,7 +73,7 @@ class FallbackConfig:
     floor: float = 0.95  # ... unless the block in use is expected slower than this x plain decoding
     probe_every: int = 4  # fewest cycles below full before probing full again
     probe_every_max: int = 128  # most cycles below full before the next probe
-    probe_budget: float = 0.03  # a probe's expected loss <= this share of the time waited for it
+    probe_budget: float = 0.01  # a probe's expected loss <= this share of the time waited for it (3 %: 0.96x at T=0.7)
     probe_cycles: int = 2
     measure_plain_step: bool = True  # the second cycle is one plain step: measures the cost unit
     min_cycles_before_switch: int = 4

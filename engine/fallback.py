@@ -31,11 +31,15 @@ Decision rule (``AdaptivePolicy``):
   leaving full in the first place). How long to wait is priced with the estimates of the moment
   (re-read every cycle, so a plain step's measured cost soon replaces the prior): a probe's
   expected loss (its cycles at full against the same tokens in the mode left for, with the
-  current estimates of tau and cost) may be at most ``probe_budget`` (3 %) of the time spent
+  current estimates of tau and cost) may be at most ``probe_budget`` (1 %) of the time spent
   waiting for it, and the wait stays within [``probe_every``, ``probe_every_max``] cycles. Near
   break-even a probe costs almost nothing, so it comes early (acceptance is bursty: a reply often
   opens with a few hard tokens); where drafting clearly loses (T > 0 on a small target, tau ~1.4)
-  probes are rare, which is what keeps fallback within 5 % of plain decoding (the floor).
+  probes are rare, which is what keeps fallback within 5 % of plain decoding (the floor): at 3 %
+  a probe came about once per 96-token reply at T = 0.7 and cost ~2 % of it (0.96x against 0.98x
+  at 1 %, one A/B sitting). A mode expected to lose is left (down) before a probe is considered:
+  a probe is priced against the mode in use, and from a reduced mode as slow as full it looked
+  free, so fallback cycled reduced -> probe -> reduced without reaching plain decoding.
 - With ``config.preset`` the seeds' rule replaces the comparison against full: keep full blocks
   while the rolling tau >= ``PRESET_THRESHOLDS[preset]`` (quoted for blocks of 8; scaled by B/8
   for smaller full blocks), otherwise degrade: to reduced, or straight to off when the cost model
@@ -313,16 +317,18 @@ class AdaptivePolicy:
         self._cycles_in_mode += 1
         if self._block != self.full:
             self._cycles_below_full += 1
-            if self.config.probe_every > 0 and self._cycles_below_full >= self._budgeted_wait():
-                return self._start_probe()
-        if self._cycles_in_mode < max(1, self.config.min_cycles_before_switch):
-            return self._unchanged()
-        # Only downwards (or stay): above the current block tau is censored; probes go up.
-        allowed = tuple(b for b in self.sizes if b <= self._block)
-        target = self._pick(allowed, self._block)
-        if target == self._block:
-            return self._unchanged()
-        return self._switch(target, self._reason(self._why(self._block), target))
+        # Leaving a losing mode comes before probing a larger one: a probe is priced against the
+        # mode in use, so from a reduced mode as slow as full it looked free, and fallback went
+        # reduced -> probe -> reduced without ever reaching plain decoding (T = 0.7, block 8).
+        if self._cycles_in_mode >= max(1, self.config.min_cycles_before_switch):
+            # Only downwards (or stay): above the current block tau is censored; probes go up.
+            allowed = tuple(b for b in self.sizes if b <= self._block)
+            target = self._pick(allowed, self._block)
+            if target != self._block:
+                return self._switch(target, self._reason(self._why(self._block), target))
+        if self._block != self.full and self.config.probe_every > 0 and self._cycles_below_full >= self._budgeted_wait():
+            return self._start_probe()
+        return self._unchanged()
 
     # --- the rule -----------------------------------------------------------------------------
 

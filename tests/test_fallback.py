@@ -373,6 +373,26 @@ def test_probe_wait_keeps_a_probes_expected_loss_within_the_budget():
     assert set(probe_waits(drive(policy(probe_every=6, probe_budget=0.0), [0] * 60))) == {6}
 
 
+def test_a_losing_reduced_mode_goes_off_before_it_probes_again():
+    # Off at r = 0; a probe sees r = 1 twice and lands on reduced (tau 2 in 32 ms beats plain's
+    # 22 ms a token), then acceptance is gone again (r = 0: reduced makes 0.69x plain). Priced
+    # against that reduced mode a probe looks free (full is no worse), so when the probe came
+    # first fallback went reduced -> probe -> reduced and never reached plain decoding (seen at
+    # T = 0.7, block 8, on the tiny coder). Leaving the losing mode comes first.
+    p = policy(probe_every=4, probe_every_max=8, probe_cycles=2, probe_budget=0.01)
+    trace = drive(p, [0] * 12 + [1, 1] + [0] * 40)
+    assert changes(trace)[:4] == [(8, 1), (1, 8), (8, 4), (4, 1)]
+    assert blocks(trace)[14:19] == [4, 4, 4, 4, 1]
+
+
+def test_default_probe_budget_keeps_a_losing_setting_off_for_a_whole_reply():
+    # Drafting never pays (r = 0): off, and the next probe waits 2 * (40 - 22) / (0.01 * 22) ->
+    # the 128-cycle cap, longer than a 96-token reply: a probe there cost about 2 % of the reply.
+    p = make_policy(replace(FallbackConfig(), window=8, measure_plain_step=False), FULL)
+    assert FallbackConfig().probe_budget == 0.01
+    assert probe_waits(drive(p, [0] * 300))[:2] == [128, 128]
+
+
 def test_one_slow_plain_step_does_not_make_a_losing_block_look_fast():
     # Off, four plain steps measured, one of them slowed 18x by the machine (a pause of the
     # process); a probe at block 8 then accepts nothing (0.55x plain). A mean of the steps

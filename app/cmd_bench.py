@@ -98,6 +98,14 @@ def identity_label(summary: dict) -> str:
     return "identical greedy outputs"
 
 
+def identity_mark(row: dict, temperature: float) -> str:
+    """A progress line's mark: at T = 0 a reply that differs from plain greedy decoding is a bug
+    (DIFFERENT); at T > 0 different samples are expected, so only a match is worth a word."""
+    if temperature > 0:
+        return "  same tokens" if row["identical"] else ""
+    return "" if row["identical"] else "  DIFFERENT"
+
+
 def progress_printer(args):
     def progress(number, total, row):
         hf = f"{row['hf_tokens_per_s']:7.1f}" if row["hf_tokens_per_s"] is not None else "    n/a"
@@ -106,7 +114,7 @@ def progress_printer(args):
         print(f"[{number}/{total}] {row['name']:>12}: {row['tokens']:4d} tok  "
               f"hf {hf}  block1 {row['block1_tokens_per_s']:7.1f}  "
               f"dflash {row['dflash_tokens_per_s']:7.1f} tok/s  {row['speedup']:.2f}x  τ {row['mean_acceptance_length']:.2f}"
-              f"{local}{'' if row['identical'] else '  DIFFERENT'}{'  LOOP' if row['loop'] else ''}"
+              f"{local}{identity_mark(row, args.temperature)}{'  LOOP' if row['loop'] else ''}"
               f"{'  NOISY (plain paths disagree)' if row.get('plain_paths_disagree') else ''}",
               file=sys.stderr if args.json else sys.stdout, flush=True)
 

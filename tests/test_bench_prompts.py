@@ -97,3 +97,14 @@ def test_bench_summary_says_what_identical_means_at_each_temperature():
     assert identity_label({"temperature": 0.0}) == "identical greedy outputs"
     assert "greedy" not in identity_label({"temperature": 0.7})
     assert "not expected" in identity_label({"temperature": 0.7})
+
+
+def test_progress_lines_flag_a_difference_only_where_it_is_a_bug():
+    """A sampled reply differs from plain sampling by design: its progress line must not say
+    DIFFERENT (that word means a greedy reply broke identity)."""
+    from app.cmd_bench import identity_mark
+
+    assert identity_mark({"identical": False}, 0.0) == "  DIFFERENT"
+    assert identity_mark({"identical": True}, 0.0) == ""
+    assert identity_mark({"identical": False}, 0.7) == ""
+    assert identity_mark({"identical": True}, 0.7) == "  same tokens"

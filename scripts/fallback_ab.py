@@ -1,10 +1,11 @@
-"""Two fallback windows side by side in one sitting (the eleventh session's A/B, docs/performance.md).
+"""Fallback settings side by side in one sitting (docs/performance.md's A/Bs).
 
     python3 scripts/fallback_ab.py PROMPTS.jsonl TEMPERATURE BLOCK [TARGET DRAFT]
 
 Per prompt, interleaved, twice (fastest run kept): our loop at block 1 (plain decoding), DFlash
-with today's fallback (window 32, first decision after 4 cycles), with the old one (window 8,
-after 2) and with fixed blocks. Each fallback runs on its own engine, so each keeps its own memory
+with today's fallback (window 32, first decision after 4 cycles, probe budget 1 %), with the
+eleventh session's window (8, after 2), with the twelfth session's probe budget (3 %) and with
+fixed blocks. Each fallback runs on its own engine, so each keeps its own memory
 across replies as in `bench`. Prints tokens/s, speedup over block 1 and mean tau per path.
 """
 
@@ -19,14 +20,14 @@ from engine.runtime import Engine
 
 REPEATS = 2
 POLICIES = {"new": FallbackConfig(), "old": FallbackConfig(window=8, min_cycles_before_switch=2),
-            "fixed": FallbackConfig(enabled=False)}
+            "b3%": FallbackConfig(probe_budget=0.03), "fixed": FallbackConfig(enabled=False)}
 
 
 def main(argv: list[str]) -> None:
     prompts, temperature, block = argv[0], float(argv[1]), int(argv[2])
     config = EngineConfig(target=argv[3] if len(argv) > 4 else None, draft=argv[4] if len(argv) > 4 else None,
                           threads=1)
-    engines = {"new": Engine.load(config), "old": Engine.load(config)}
+    engines = {"new": Engine.load(config), "old": Engine.load(config), "b3%": Engine.load(config)}
     engines["plain"] = engines["fixed"] = engines["new"]  # neither touches the fallback memory
     totals = {path: [0, 0.0, []] for path in ("plain", *POLICIES)}
     for number, item in enumerate(read_prompts(prompts)):

@@ -156,7 +156,9 @@ def test_an_exported_session_file_imports_from_the_sessions_panel(page, fake_app
     engine.enqueue("An answer worth keeping.")
     send(page, "a session to carry over")
     wait_replies(page, 1)
-    session_id = studio.store.list_sessions()[0]["id"]
+    # by title, once stored: the page can show the reply before the store lists the session
+    # first, and the newest session is then another test's (CI under load exported that one)
+    session_id = stored_session_id(studio, "a session to carry over")
     document = studio.store.export_session(session_id)
     studio.store.delete_session(session_id)
     path = tmp_path / "carried.json"
@@ -168,6 +170,17 @@ def test_an_exported_session_file_imports_from_the_sessions_panel(page, fake_app
     page.wait_for_function("document.querySelector('#chat').innerText.includes('An answer worth keeping.')")
     assert "a session to carry over" in page.locator("#session-list").inner_text()
     assert [s["title"] for s in studio.store.list_sessions()].count("a session to carry over") == 1
+
+
+def stored_session_id(studio, title: str, timeout_s: float = 20.0) -> int:
+    """The id of the stored session called ``title`` with its reply, once the store has both."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for row in studio.store.list_sessions():
+            if row["title"] == title and row["message_count"] >= 2:
+                return row["id"]
+        assert time.monotonic() < deadline, f"no stored session {title!r} with a reply after {timeout_s} s"
+        time.sleep(0.1)
 
 
 def test_a_second_user_waits_in_the_queue_and_sees_their_position(page, browser, fake_app):

@@ -57,7 +57,7 @@ dflash-studio bench --no-fallback   # greedy, block 8, the shipped prompt set
 dflash-studio train target --init runs/target_ul/model --data copy --name-weight 3 --lr 8e-4 \
     --chat-fraction 0.75 --batch-size 8 --threads 2 --max-minutes 62 --checkpoint-minutes 8 --seed 24 \
     --out runs/requests/target/model --work runs/requests/target/work
-# its draft: three distillation runs on the new target's own replies, each from the one before
+# its draft: four distillation runs on the new target's own replies, each from the one before
 dflash-studio train draft --init runs/draft4/model --target runs/requests/target/model $DRAFT_FLAGS \
     --prompts requests --chat-fraction 0.5 --lr 6e-4 --num-sequences 4000 --new-tokens 96 --gen-fraction 0.22 \
     --max-minutes 68 --cache-features-gb 8 --checkpoint-minutes 8 --seed 25 \
@@ -71,10 +71,15 @@ dflash-studio train draft --init runs/requests/draft2/model --target runs/reques
     --prompts requests-wide --chat-fraction 0.3 --lr 4e-4 --num-sequences 3000 --new-tokens 96 --gen-fraction 0.28 \
     --max-minutes 100 --cache-features-gb 10 --checkpoint-minutes 10 --seed 27 \
     --out runs/requests/draft3/model --work runs/requests/draft3/work
+# the fourth (thirteenth session): more of the same with more chat requests, fresh seed
+dflash-studio train draft --init runs/requests/draft3/model --target runs/requests/target/model $DRAFT_FLAGS \
+    --prompts requests-wide --chat-fraction 0.5 --lr 3e-4 --num-sequences 3000 --new-tokens 96 --gen-fraction 0.28 \
+    --max-minutes 100 --cache-features-gb 8 --checkpoint-minutes 10 --seed 32 \
+    --out runs/requests/draft4/model --work runs/requests/draft4/work
 
 mkdir -p assets/models/tiny-coder-requests/target assets/models/tiny-coder-requests/draft
 cp runs/requests/target/model/* assets/models/tiny-coder-requests/target/
-cp runs/requests/draft3/model/* assets/models/tiny-coder-requests/draft/
+cp runs/requests/draft4/model/* assets/models/tiny-coder-requests/draft/
 cap_proposals assets/models/tiny-coder-requests/draft/config.json
 dflash-studio train eval --target assets/models/tiny-coder-requests/target \
     --prompts assets/prompts/fresh_requests.jsonl --max-new-tokens 96   # parse / on-topic rates

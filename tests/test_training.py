@@ -413,7 +413,8 @@ def test_rebuild_script_is_valid_bash_and_every_command_parses():
     assert [c.split()[1:3] for c in commands if c.split()[1] == "train"] == [
         ["train", "tokenizer"], ["train", "target"], ["train", "draft"], ["train", "draft"],
         ["train", "target"], ["train", "draft"], ["train", "draft"], ["train", "draft"],
-        ["train", "target"], ["train", "draft"], ["train", "draft"], ["train", "draft"], ["train", "eval"]]
+        ["train", "target"], ["train", "draft"], ["train", "draft"], ["train", "draft"], ["train", "draft"],
+        ["train", "eval"]]
     parser = build_parser()
     for command in commands:
         for name, value in variables.items():

@@ -27,7 +27,8 @@ def main(argv: list[str]) -> None:
     prompts, temperature, block = argv[0], float(argv[1]), int(argv[2])
     config = EngineConfig(target=argv[3] if len(argv) > 4 else None, draft=argv[4] if len(argv) > 4 else None,
                           threads=1)
-    engines = {"new": Engine.load(config), "old": Engine.load(config), "b3%": Engine.load(config)}
+    # one engine per adaptive policy, so each keeps its own fallback memory across replies
+    engines = {path: Engine.load(config) for path, policy in POLICIES.items() if policy.enabled}
     engines["plain"] = engines["fixed"] = engines["new"]  # neither touches the fallback memory
     totals = {path: [0, 0.0, []] for path in ("plain", *POLICIES)}
     for number, item in enumerate(read_prompts(prompts)):

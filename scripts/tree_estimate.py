@@ -32,6 +32,7 @@ from engine.costs import measure
 from engine.decode import propose
 from engine.features import target_features
 from engine.runtime import Engine
+from engine.sampling import leading_matches
 
 TOP_K = 4
 TREES = (15, 31)  # nodes besides the anchor: verifies of 16 and 32 tokens
@@ -59,15 +60,12 @@ def accepted_in_tree(paths: set, ids: list[list[int]], truth: list[int]) -> int:
     prefix of it that is a path of the tree."""
     path: tuple = ()
     for depth, token in enumerate(truth):
-        if token not in ids[depth] or path + (ids[depth].index(token),) not in paths:
+        if token not in ids[depth]:
             return depth
         path += (ids[depth].index(token),)
+        if path not in paths:
+            return depth
     return len(truth)
-
-
-def accepted_in_chain(log_probs: torch.Tensor, truth: list[int]) -> int:
-    proposals = log_probs.argmax(dim=-1).tolist()
-    return next((j for j, (p, t) in enumerate(zip(proposals, truth)) if p != t), len(truth))
 
 
 def main(argv: list[str]) -> None:
@@ -89,7 +87,7 @@ def main(argv: list[str]) -> None:
                 log_probs = torch.log_softmax(logits.float(), dim=-1)
                 truth = sequence[position + 1: position + block]
                 positions += 1
-                accepted["chain"] += accepted_in_chain(log_probs, truth)
+                accepted["chain"] += leading_matches(log_probs.argmax(dim=-1).tolist(), truth)
                 for nodes in TREES:
                     accepted[nodes] += accepted_in_tree(*tree_paths(log_probs, nodes), truth)
     costs = measure(engine.models, context=128, sizes=(1, 8, 16, 32), repeats=20)
@@ -100,7 +98,7 @@ def main(argv: list[str]) -> None:
           + " / ".join(f"{costs.verify_ms[b]:.2f}" for b in (1, 8, 16, 32)) + f" ms, draft pass {costs.draft_ms[block]:.2f} ms")
     for name, total in accepted.items():
         tau = 1 + total / positions
-        label = "chain (block 8)" if name == "chain" else f"tree of {name} nodes"
+        label = f"chain (block {block})" if name == "chain" else f"tree of {name} nodes"
         print(f"{label:>18}: tau per position {tau:.2f}, cycle {cycle[name]:.2f} ms, "
               f"speed vs chain {tau / cycle[name] / chain_rate:.3f}")
 

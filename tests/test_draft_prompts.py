@@ -64,6 +64,12 @@ def test_the_real_guard_drops_every_evaluation_prompt():
     assert not any(guard.admits(t) for t in texts)
 
 
+def test_every_held_out_prompt_file_is_guarded():
+    """A prompt set added under assets/prompts is held out unless it is the shipped demo set."""
+    shipped = {path.name for path in draft_prompts.PROMPTS_DIR.glob("*.jsonl")}
+    assert shipped - {"code.jsonl"} == set(draft_prompts.EVAL_SETS)
+
+
 def test_wide_rows_are_requests_and_docstring_prefixes_from_the_given_code(tmp_path):
     pkg = tmp_path / "pkg"
     (pkg / "tests").mkdir(parents=True)

@@ -1,0 +1,105 @@
+"""Would copying from the context help the draft? An offline estimate for issues #16 and #17.
+
+    python3 scripts/lookup_estimate.py PROMPTS.jsonl [TARGET DRAFT]
+
+The request pair's draft misses identifiers that the reply already wrote (``counts``, a
+parameter's name) each time they come back. Prompt-lookup decoding proposes exactly those: the
+token that followed the last earlier occurrence of the current n-gram. This script mixes the two
+per slot: where the context has such a continuation and the draft's own top probability at that
+slot is below a threshold, the slot takes the looked-up token instead of the draft's argmax
+(the verify stays a greedy chain, so the output would still be the target's own).
+
+For every position of each greedy reply (96 new tokens) the draft proposes one block from the
+exact context; we count the target's next tokens each proposal gets right, per position
+(every position as an anchor) and per cycle (anchors only where a decode would put them, after
+each cycle's accepted drafts and bonus). The per-cycle τ is the one to read.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+import torch
+
+from engine.bench import read_prompts, run_dflash
+from engine.config import EngineConfig, SamplingConfig
+from engine.decode import propose
+from engine.features import target_features
+from engine.runtime import Engine
+from engine.sampling import leading_matches
+
+NGRAMS = (2, 3)  # the shortest n-gram that may trigger a lookup (longer ones, up to 4, go first)
+THRESHOLDS = (0.5, 0.8, 1.01)  # the draft keeps a slot when its top probability reaches this
+
+
+def looked_up(tokens: list[int], shortest: int, longest: int = 4) -> int | None:
+    """The token after the most recent earlier occurrence of the last n tokens (longest n first)."""
+    for n in range(longest, shortest - 1, -1):
+        if len(tokens) <= n:
+            continue
+        suffix = tokens[-n:]
+        for i in range(len(tokens) - n - 1, -1, -1):
+            if tokens[i:i + n] == suffix:
+                return tokens[i + n]
+    return None
+
+
+def mixed_proposals(context: list[int], probs: torch.Tensor, shortest: int, threshold: float) -> list[int]:
+    top_p, top_ids = (t.tolist() for t in probs.max(dim=-1))
+    chosen: list[int] = []
+    for p, drafted in zip(top_p, top_ids):
+        lookup = looked_up(context + chosen, shortest)
+        chosen.append(lookup if lookup is not None and p < threshold else drafted)
+    return chosen
+
+
+def per_cycle(accepted_at: dict[int, int], start: int) -> tuple[int, int]:
+    """(tokens, cycles) of a decode that anchors at ``start`` and moves by accepted + 1."""
+    tokens = cycles = 0
+    while start in accepted_at:
+        tokens, cycles = tokens + accepted_at[start] + 1, cycles + 1
+        start += accepted_at[start] + 1
+    return tokens, cycles
+
+
+def main(argv: list[str]) -> None:
+    engine = Engine.load(EngineConfig(target=argv[1] if len(argv) > 2 else None,
+                                      draft=argv[2] if len(argv) > 2 else None, threads=1))
+    target, draft = engine.models.target, engine.models.draft
+    block = draft.block_size
+    variants = ["draft"] + [(n, t) for n in NGRAMS for t in THRESHOLDS]
+    per_position = {v: 0 for v in variants}
+    cycle_totals = {v: [0, 0] for v in variants}
+    positions = 0
+    for item in read_prompts(argv[0]):
+        ids = engine.encode(item.prompt, raw=item.raw)
+        sampling = engine.check_request(ids, SamplingConfig(max_new_tokens=96))
+        finished, _ = run_dflash(engine, ids, replace(sampling, block_size=1), None)
+        sequence = list(ids) + list(finished.token_ids)
+        accepted_at = {v: {} for v in variants}
+        with torch.inference_mode():
+            features, _ = target_features(target, torch.tensor([sequence]), draft.target_layer_ids)
+            for position in range(len(ids), len(sequence) - block):
+                _, logits = propose(draft, target, None, [features[:, :position]], sequence[position], position, block)
+                probs = torch.softmax(logits.float(), dim=-1)
+                truth = sequence[position + 1: position + block]
+                positions += 1
+                for v in variants:
+                    proposals = (probs.argmax(dim=-1).tolist() if v == "draft"
+                                 else mixed_proposals(sequence[:position + 1], probs, *v))
+                    accepted_at[v][position] = leading_matches(proposals, truth)
+                    per_position[v] += accepted_at[v][position]
+        for v in variants:
+            tokens, cycles = per_cycle(accepted_at[v], len(ids))
+            cycle_totals[v][0] += tokens
+            cycle_totals[v][1] += cycles
+    print(f"{argv[0]}: {positions} positions, block {block}")
+    for v in variants:
+        label = "draft alone" if v == "draft" else f"lookup n>={v[0]} below p {v[1]:g}"
+        tokens, cycles = cycle_totals[v]
+        print(f"{label:>24}: tau per position {1 + per_position[v] / positions:.2f}, per cycle {tokens / cycles:.2f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -18,16 +18,11 @@ each cycle's accepted drafts and bonus). The per-cycle τ is the one to read.
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 
 import torch
 
-from engine.bench import read_prompts, run_dflash
-from engine.config import EngineConfig, SamplingConfig
-from engine.decode import propose
-from engine.features import target_features
-from engine.runtime import Engine
 from engine.sampling import leading_matches
+from tree_estimate import every_block, load_engine  # scripts/ is on the path when run as a script
 
 NGRAMS = (2, 3)  # the shortest n-gram that may trigger a lookup (longer ones, up to 4, go first)
 THRESHOLDS = (0.5, 0.8, 1.01)  # the draft keeps a slot when its top probability reaches this
@@ -64,34 +59,26 @@ def per_cycle(accepted_at: dict[int, int], start: int) -> tuple[int, int]:
 
 
 def main(argv: list[str]) -> None:
-    engine = Engine.load(EngineConfig(target=argv[1] if len(argv) > 2 else None,
-                                      draft=argv[2] if len(argv) > 2 else None, threads=1))
-    target, draft = engine.models.target, engine.models.draft
-    block = draft.block_size
+    engine = load_engine(argv)
+    block = engine.models.draft.block_size
     variants = ["draft"] + [(n, t) for n in NGRAMS for t in THRESHOLDS]
     per_position = {v: 0 for v in variants}
     cycle_totals = {v: [0, 0] for v in variants}
-    positions = 0
-    for item in read_prompts(argv[0]):
-        ids = engine.encode(item.prompt, raw=item.raw)
-        sampling = engine.check_request(ids, SamplingConfig(max_new_tokens=96))
-        finished, _ = run_dflash(engine, ids, replace(sampling, block_size=1), None)
-        sequence = list(ids) + list(finished.token_ids)
-        accepted_at = {v: {} for v in variants}
-        with torch.inference_mode():
-            features, _ = target_features(target, torch.tensor([sequence]), draft.target_layer_ids)
-            for position in range(len(ids), len(sequence) - block):
-                _, logits = propose(draft, target, None, [features[:, :position]], sequence[position], position, block)
-                probs = torch.softmax(logits.float(), dim=-1)
-                truth = sequence[position + 1: position + block]
-                positions += 1
-                for v in variants:
-                    proposals = (probs.argmax(dim=-1).tolist() if v == "draft"
-                                 else mixed_proposals(sequence[:position + 1], probs, *v))
-                    accepted_at[v][position] = leading_matches(proposals, truth)
-                    per_position[v] += accepted_at[v][position]
+    accepted_at: dict = {}  # per prompt: variant -> anchor position -> accepted drafts
+    prompt_lengths: dict = {}
+    for proposal in every_block(engine, argv[0]):
+        reply = accepted_at.setdefault(proposal.prompt_index, {v: {} for v in variants})
+        prompt_lengths[proposal.prompt_index] = proposal.prompt_length
+        probs = torch.softmax(proposal.logits.float(), dim=-1)
         for v in variants:
-            tokens, cycles = per_cycle(accepted_at[v], len(ids))
+            proposals = (probs.argmax(dim=-1).tolist() if v == "draft"
+                         else mixed_proposals(proposal.sequence[:proposal.position + 1], probs, *v))
+            reply[v][proposal.position] = leading_matches(proposals, proposal.truth)
+            per_position[v] += reply[v][proposal.position]
+    positions = sum(len(reply["draft"]) for reply in accepted_at.values())
+    for index, reply in accepted_at.items():
+        for v in variants:
+            tokens, cycles = per_cycle(reply[v], prompt_lengths[index])
             cycle_totals[v][0] += tokens
             cycle_totals[v][1] += cycles
     print(f"{argv[0]}: {positions} positions, block {block}")

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import heapq
 import sys
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -36,6 +37,40 @@ from engine.sampling import leading_matches
 
 TOP_K = 4
 TREES = (15, 31)  # nodes besides the anchor: verifies of 16 and 32 tokens
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One draft pass from the exact context of a greedy reply (shared with lookup_estimate.py)."""
+
+    prompt_index: int  # which prompt of the file
+    prompt_length: int
+    sequence: list[int]  # prompt and the whole greedy reply
+    position: int  # the anchor's index in ``sequence``
+    logits: torch.Tensor  # [block - 1, V]: the draft's logits for the slots after the anchor
+    truth: list[int]  # the target's next block - 1 tokens
+
+
+def load_engine(argv: list[str]) -> Engine:
+    """The shipped pair, or TARGET DRAFT from the command line, on one thread like ``bench``."""
+    return Engine.load(EngineConfig(target=argv[1] if len(argv) > 2 else None,
+                                    draft=argv[2] if len(argv) > 2 else None, threads=1))
+
+
+def every_block(engine: Engine, prompts_path: str, new_tokens: int = 96) -> Iterator[Proposal]:
+    """For every position of each prompt's greedy reply, the block the draft proposes there."""
+    target, draft = engine.models.target, engine.models.draft
+    block = draft.block_size
+    for index, item in enumerate(read_prompts(prompts_path)):
+        ids = engine.encode(item.prompt, raw=item.raw)
+        sampling = engine.check_request(ids, SamplingConfig(max_new_tokens=new_tokens))
+        finished, _ = run_dflash(engine, ids, replace(sampling, block_size=1), None)
+        sequence = list(ids) + list(finished.token_ids)
+        with torch.inference_mode():
+            features, _ = target_features(target, torch.tensor([sequence]), draft.target_layer_ids)
+            for position in range(len(ids), len(sequence) - block):
+                _, logits = propose(draft, target, None, [features[:, :position]], sequence[position], position, block)
+                yield Proposal(index, len(ids), sequence, position, logits, sequence[position + 1: position + block])
 
 
 def tree_paths(log_probs: torch.Tensor, nodes: int, top_k: int = TOP_K) -> tuple[set, list[list[int]]]:
@@ -69,27 +104,16 @@ def accepted_in_tree(paths: set, ids: list[list[int]], truth: list[int]) -> int:
 
 
 def main(argv: list[str]) -> None:
-    engine = Engine.load(EngineConfig(target=argv[1] if len(argv) > 2 else None,
-                                      draft=argv[2] if len(argv) > 2 else None, threads=1))
-    target, draft = engine.models.target, engine.models.draft
-    block = draft.block_size
+    engine = load_engine(argv)
+    block = engine.models.draft.block_size
     accepted = {"chain": 0, **{n: 0 for n in TREES}}
     positions = 0
-    for item in read_prompts(argv[0]):
-        ids = engine.encode(item.prompt, raw=item.raw)
-        sampling = engine.check_request(ids, SamplingConfig(max_new_tokens=96))
-        finished, _ = run_dflash(engine, ids, replace(sampling, block_size=1), None)
-        sequence = list(ids) + list(finished.token_ids)
-        with torch.inference_mode():
-            features, _ = target_features(target, torch.tensor([sequence]), draft.target_layer_ids)
-            for position in range(len(ids), len(sequence) - block):
-                _, logits = propose(draft, target, None, [features[:, :position]], sequence[position], position, block)
-                log_probs = torch.log_softmax(logits.float(), dim=-1)
-                truth = sequence[position + 1: position + block]
-                positions += 1
-                accepted["chain"] += leading_matches(log_probs.argmax(dim=-1).tolist(), truth)
-                for nodes in TREES:
-                    accepted[nodes] += accepted_in_tree(*tree_paths(log_probs, nodes), truth)
+    for proposal in every_block(engine, argv[0]):
+        log_probs = torch.log_softmax(proposal.logits.float(), dim=-1)
+        positions += 1
+        accepted["chain"] += leading_matches(log_probs.argmax(dim=-1).tolist(), proposal.truth)
+        for nodes in TREES:
+            accepted[nodes] += accepted_in_tree(*tree_paths(log_probs, nodes), proposal.truth)
     costs = measure(engine.models, context=128, sizes=(1, 8, 16, 32), repeats=20)
     # a tree still comes from ONE draft pass over the trained block; only the verify widens
     cycle = {"chain": costs.cycle_ms(block), **{n: costs.verify_ms[n + 1] + costs.draft_ms[block] for n in TREES}}

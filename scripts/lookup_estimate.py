@@ -12,7 +12,8 @@ slot is below a threshold, the slot takes the looked-up token instead of the dra
 For every position of each greedy reply (96 new tokens) the draft proposes one block from the
 exact context; we count the target's next tokens each proposal gets right, per position
 (every position as an anchor) and per cycle (anchors only where a decode would put them, after
-each cycle's accepted drafts and bonus). The per-cycle τ is the one to read.
+each cycle's accepted drafts and bonus, replayed by ``engine.replay`` as `bench --replay` does).
+The per-cycle τ is the one to read.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import sys
 
 import torch
 
+from engine.fallback import FixedPolicy
+from engine.replay import replay
 from engine.sampling import leading_matches
 from tree_estimate import every_block, load_engine  # scripts/ is on the path when run as a script
 
@@ -49,43 +52,26 @@ def mixed_proposals(context: list[int], probs: torch.Tensor, shortest: int, thre
     return chosen
 
 
-def per_cycle(accepted_at: dict[int, int], start: int) -> tuple[int, int]:
-    """(tokens, cycles) of a decode that anchors at ``start`` and moves by accepted + 1."""
-    tokens = cycles = 0
-    while start in accepted_at:
-        tokens, cycles = tokens + accepted_at[start] + 1, cycles + 1
-        start += accepted_at[start] + 1
-    return tokens, cycles
-
-
 def main(argv: list[str]) -> None:
     engine = load_engine(argv)
     block = engine.models.draft.block_size
     variants = ["draft"] + [(n, t) for n in NGRAMS for t in THRESHOLDS]
-    per_position = {v: 0 for v in variants}
-    cycle_totals = {v: [0, 0] for v in variants}
-    accepted_at: dict = {}  # per prompt: variant -> anchor position -> accepted drafts
-    prompt_lengths: dict = {}
+    runs: dict = {}  # per prompt, per variant: drafts accepted from each anchor position, in order
     for proposal in every_block(engine, argv[0]):
-        reply = accepted_at.setdefault(proposal.prompt_index, {v: {} for v in variants})
-        prompt_lengths[proposal.prompt_index] = proposal.prompt_length
+        reply = runs.setdefault(proposal.prompt_index, {v: [] for v in variants})
         probs = torch.softmax(proposal.logits.float(), dim=-1)
         for v in variants:
             proposals = (probs.argmax(dim=-1).tolist() if v == "draft"
                          else mixed_proposals(proposal.sequence[:proposal.position + 1], probs, *v))
-            reply[v][proposal.position] = leading_matches(proposals, proposal.truth)
-            per_position[v] += reply[v][proposal.position]
-    positions = sum(len(reply["draft"]) for reply in accepted_at.values())
-    for index, reply in accepted_at.items():
-        for v in variants:
-            tokens, cycles = per_cycle(reply[v], prompt_lengths[index])
-            cycle_totals[v][0] += tokens
-            cycle_totals[v][1] += cycles
+            reply[v].append(leading_matches(proposals, proposal.truth))
+    positions = sum(len(reply["draft"]) for reply in runs.values())
+    free = {b: (0.0, 0.0) for b in range(1, block + 1)}  # only τ is read: costs do not matter here
     print(f"{argv[0]}: {positions} positions, block {block}")
     for v in variants:
         label = "draft alone" if v == "draft" else f"lookup n>={v[0]} below p {v[1]:g}"
-        tokens, cycles = cycle_totals[v]
-        print(f"{label:>24}: tau per position {1 + per_position[v] / positions:.2f}, per cycle {tokens / cycles:.2f}")
+        cycles = [tau for reply in runs.values() for tau in replay(reply[v], FixedPolicy(block), free).taus]
+        accepted = sum(sum(reply[v]) for reply in runs.values())
+        print(f"{label:>24}: tau per position {1 + accepted / positions:.2f}, per cycle {sum(cycles) / len(cycles):.2f}")
 
 
 if __name__ == "__main__":

@@ -184,7 +184,9 @@ def _register_draft(sub) -> None:
     p.add_argument("--prompts", type=Path, default=None,
                    help='optional JSONL of {prompt|messages} records used as extra prompts, or "requests": the '
                         "request -> code target's own kind of prompts (request_data.draft_prompt_rows), or "
-                        '"requests-wide": those and as many again that it never saw (draft_prompts)')
+                        '"requests-wide": those and as many again that it never saw (draft_prompts), or "code-wide": '
+                        'fewer of those and more code prefixes, in more shapes (imports above a def, bare '
+                        'signatures, methods under their class)')
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--block-size", type=int, default=8)
     p.add_argument("--gamma", type=float, default=None, help="loss decay (default: 4 for B=8, 7 for 16)")

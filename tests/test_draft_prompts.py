@@ -3,6 +3,8 @@ request -> code target never saw, none of which names what an evaluation set ask
 
 from __future__ import annotations
 
+import ast
+import random
 import textwrap
 
 from engine.training import draft_prompts
@@ -10,6 +12,12 @@ from engine.training.draft_prompts import EvalGuard, documented_functions, wide_
 from engine.training.request_data import PACKAGES
 
 MODULE = textwrap.dedent('''
+    import math
+    from os import path as os_path
+    from typing import (
+        Any,
+    )
+
     def scale_rows(table, factor):
         """Return the table with every row multiplied by factor."""
         return [[x * factor for x in row] for row in table]
@@ -94,3 +102,47 @@ def test_prompt_packages_are_none_the_target_was_trained_on():
     assert not set(draft_prompts.PROMPT_PACKAGES) & set(PACKAGES)
     assert draft_prompts.code_prefix("def f(x):", "Return x", healed=False) == 'def f(x):\n    """Return x."""\n'
     assert draft_prompts.code_prefix("def f(x):", "Return x.", healed=True) == 'def f(x):\n    """Return x."""'
+
+
+def test_documented_keeps_one_line_imports_and_the_class_line_of_methods():
+    found = {d.signature: d for d in draft_prompts.documented(MODULE)}
+    assert found["def scale_rows(table, factor):"].imports == ("import math", "from os import path as os_path")
+    assert found["def scale_rows(table, factor):"].class_line == ""
+    assert found["def count_items(self):"].class_line == "class Store:"
+
+
+def test_each_prefix_shape_is_the_code_a_user_would_paste():
+    fn = draft_prompts.Documented("Return x doubled", "def double(x):", ("import math", "import os"), "class Box:")
+    rng = random.Random(0)
+    assert draft_prompts.shaped_prefix(fn, "signature", False, rng) == "def double(x):\n"
+    assert draft_prompts.shaped_prefix(fn, "signature", True, rng) == "def double(x):"  # healed
+    assert draft_prompts.shaped_prefix(fn, "method", False, rng) == (
+        'class Box:\n    def double(x):\n        """Return x doubled."""\n')
+    for seed in range(20):
+        text = draft_prompts.shaped_prefix(fn, "imports", False, random.Random(seed))
+        head, _, rest = text.partition("\n\n\n")
+        assert head and set(head.splitlines()) <= {"import math", "import os"}
+        assert rest in ("def double(x):\n", 'def double(x):\n    """Return x doubled."""\n')
+        ast.parse(text + "    pass\n" if rest.endswith(":\n") else text)
+    bare = fn._replace(imports=(), class_line="")  # a shape it has no parts for: def + docstring
+    for shape in ("imports", "method"):
+        assert draft_prompts.shaped_prefix(bare, shape, False, rng) == 'def double(x):\n    """Return x doubled."""\n'
+
+
+def test_code_wide_mixes_every_shape_and_requests_wide_only_docstring_prefixes(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    funcs = "\n".join(f'def f{i}(x):\n    """Return the value number {i} of x."""\n    return x\n' for i in range(40))
+    (pkg / "mod.py").write_text("import math\n\n" + funcs + "\nclass Box:\n" + textwrap.indent(
+        funcs.replace("def f", "def m").replace("the value", "the item"), "    "))
+    (pkg / "more.py").write_text(textwrap.indent(funcs.replace("def f", "def g").replace("the value", "the part"), ""))
+    guard = EvalGuard.from_prompts(["Count the items in a store."])
+    wide = [row for seed in range(8) for row in wide_prompt_rows(seed, 36, log=lambda _: None, guard=guard,
+                                                                  roots={"pkg": pkg}, mix=draft_prompts.CODE_WIDE)]
+    prefixes = [r["prompt"] for r in wide if r["kind"] == "complete"]
+    assert len(prefixes) > len(wide) / 2  # code-wide is mostly code
+    assert any(p.startswith("import math\n\n\ndef ") for p in prefixes)
+    assert any(p.startswith("class Box:\n    def m") for p in prefixes)
+    assert any('"""' not in p and p.startswith("def ") for p in prefixes)  # a bare signature
+    plain = wide_prompt_rows(1, 36, log=lambda _: None, guard=guard, roots={"pkg": pkg})
+    assert all(r["prompt"].startswith("def ") and '"""' in r["prompt"] for r in plain if r["kind"] == "complete")

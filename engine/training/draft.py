@@ -624,6 +624,10 @@ def _regenerate(work: Path, train_pool: SequencePool, eval_pool: SequencePool, t
         from .draft_prompts import wide_draft_prompt_rows
 
         extra = wide_draft_prompt_rows(seed, log=log)
+    elif str(prompts_file) == "code-wide":  # fewer requests, code prefixes of more shapes
+        from .draft_prompts import CODE_WIDE, wide_draft_prompt_rows
+
+        extra = wide_draft_prompt_rows(seed, n_wide=5200, n_requests=1200, log=log, mix=CODE_WIDE)
     elif prompts_file:
         extra = [json.loads(line) for line in Path(prompts_file).read_text().splitlines() if line.strip()]
     eval_prompts = build_prompts(tokenizer, corpus, cfg.eval_sequences, cfg, seed, heldout=True)

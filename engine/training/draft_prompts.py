@@ -22,6 +22,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from engine import code_metrics
 
@@ -38,10 +39,43 @@ PROMPT_PACKAGES = {
 EVAL_SETS = ("unseen.jsonl", "unseen2.jsonl", "unseen3.jsonl", "heldout_requests.jsonl", "val_requests.jsonl",
              "fresh_requests.jsonl")
 PROMPTS_DIR = Path(__file__).resolve().parents[2] / "assets" / "prompts"
-CHAT_SHARE = 0.6  # of the wide prompts; the rest are code prefixes
 HEALED_SHARE = 0.5  # of the code prefixes: sent as the Complete tab sends them; the rest as written
 MAX_PER_FILE = 12  # so that one huge module (sympy, numpy) cannot fill the set
 MARKUP = ("`", ">>>", "|", "{", "}", "::", "\\")  # reST/LaTeX in a summary reads as no request
+
+
+@dataclass(frozen=True)
+class WideMix:
+    """What share of the wide prompts are chat requests, and the shapes of the code prefixes
+    (weights): ``docstring`` a def line and its one-line docstring, ``signature`` the def line
+    alone, ``imports`` one to three of its module's imports, two blank lines, then the def line
+    (with its docstring half the time), ``method`` the enclosing class's line above a method's."""
+
+    chat_share: float = 0.6
+    shapes: tuple[tuple[str, float], ...] = (("docstring", 1.0),)
+
+    def shape(self, rng: random.Random) -> str:
+        names, weights = zip(*self.shapes)
+        return rng.choices(names, weights)[0]
+
+
+# `--prompts requests-wide` (the shipped draft's stage 6): mostly requests, docstring prefixes only
+REQUESTS_WIDE = WideMix()
+# `--prompts code-wide`: mostly code prefixes, in the shapes people paste (bare signatures, a
+# module's imports above a def, methods under their class), where the shipped pair guessed worst
+CODE_WIDE = WideMix(chat_share=0.35, shapes=(("docstring", 0.3), ("signature", 0.25), ("imports", 0.3),
+                                             ("method", 0.15)))
+PREFIX_SHAPES = ("docstring", "signature", "imports", "method")
+
+
+class Documented(NamedTuple):
+    """A public function whose docstring's first line reads as a request, with what a prefix
+    of any shape needs: its def line, its module's one-line imports, its class's line."""
+
+    summary: str
+    signature: str
+    imports: tuple[str, ...] = ()
+    class_line: str = ""
 
 
 @dataclass
@@ -117,11 +151,20 @@ def prompt_package_roots(log=print) -> dict[str, Path]:
 def documented_functions(source: str) -> list[tuple[str, str]]:
     """(summary, signature line) of the public functions and methods whose docstring opens with
     a one-line summary that reads as a request ("Return ...", "Converts ...")."""
+    return [(d.summary, d.signature) for d in documented(source)]
+
+
+def documented(source: str) -> list[Documented]:
+    """``documented_functions`` with each one's module imports and enclosing class line."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError):
         return []
     lines = source.splitlines()
+    imports = tuple(lines[node.lineno - 1] for node in tree.body
+                    if isinstance(node, (ast.Import, ast.ImportFrom)) and node.end_lineno == node.lineno
+                    and node.lineno <= len(lines))
+    class_of = {id(child): node for node in ast.walk(tree) if isinstance(node, ast.ClassDef) for child in node.body}
     out = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
@@ -133,7 +176,9 @@ def documented_functions(source: str) -> list[tuple[str, str]]:
         signature = lines[node.lineno - 1].strip()
         if (12 <= len(summary) <= 110 and signature.endswith(":") and reads_as_request(summary)
                 and not any(mark in summary for mark in MARKUP)):
-            out.append((summary, signature))
+            owner = class_of.get(id(node))
+            class_line = lines[owner.lineno - 1].strip() if owner is not None else ""
+            out.append(Documented(summary, signature, imports, class_line if class_line.endswith(":") else ""))
     return out
 
 
@@ -143,18 +188,36 @@ def reads_as_request(summary: str) -> bool:
 
 def code_prefix(signature: str, summary: str, healed: bool) -> str:
     """``def f(x):`` + its one-line docstring, as a user would paste it to be continued."""
+    return shaped_prefix(Documented(summary, signature), "docstring", healed, random.Random(0))
+
+
+def shaped_prefix(fn: Documented, shape: str, healed: bool, rng: random.Random) -> str:
+    """A code prefix of ``shape`` (see ``WideMix``) for ``fn``; a shape it lacks the parts for
+    (no imports, not a method) falls back to its def line and docstring."""
     from engine.prompts import heal_code_prompt
 
-    summary = summary if summary.endswith(".") else summary + "."
-    text = f'{signature}\n    """{summary}"""\n'
+    summary = fn.summary if fn.summary.endswith(".") else fn.summary + "."
+    if shape == "imports" and not fn.imports:
+        shape = "docstring"
+    if shape == "method" and not fn.class_line:
+        shape = "docstring"
+    indent = "    " if shape == "method" else ""
+    text = f"{indent}{fn.signature}\n"
+    if shape in ("docstring", "method") or (shape == "imports" and rng.random() < 0.5):
+        text += f'{indent}    """{summary}"""\n'
+    if shape == "imports":
+        chosen = sorted(rng.sample(range(len(fn.imports)), rng.randint(1, min(3, len(fn.imports)))))
+        text = "\n".join(fn.imports[i].strip() for i in chosen) + "\n\n\n" + text
+    elif shape == "method":
+        text = f"{fn.class_line}\n{text}"
     return heal_code_prompt(text) if healed else text
 
 
 def wide_prompt_rows(seed: int, n: int, log=print, guard: EvalGuard | None = None,
-                     roots: dict[str, Path] | None = None) -> list[dict]:
+                     roots: dict[str, Path] | None = None, mix: WideMix = REQUESTS_WIDE) -> list[dict]:
     """Up to ``n`` prompts from the documented functions of ``roots`` (default: the installed
-    ``PROMPT_PACKAGES``), no package more than its even share: ``CHAT_SHARE`` of them chat
-    requests made from the summary, the rest ``def`` line + docstring prefixes."""
+    ``PROMPT_PACKAGES``), no package more than its even share: ``mix.chat_share`` of them chat
+    requests made from the summary, the rest code prefixes in ``mix``'s shapes."""
     rng = random.Random(seed)
     guard = guard if guard is not None else EvalGuard.from_prompts(eval_prompt_texts())
     roots = roots if roots is not None else prompt_package_roots(log)
@@ -166,26 +229,27 @@ def wide_prompt_rows(seed: int, n: int, log=print, guard: EvalGuard | None = Non
             if {"tests", "test", "testing"} & set(path.relative_to(root).parts):
                 continue
             try:
-                functions = documented_functions(path.read_text(encoding="utf-8"))
+                functions = documented(path.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError):
                 continue
             rng.shuffle(functions)
             found += functions[:MAX_PER_FILE]
         rng.shuffle(found)
         taken = 0
-        for summary, signature in found:
+        for fn in found:
             if taken >= per_package:
                 break
-            if summary.lower() in seen:
+            if fn.summary.lower() in seen:
                 continue
-            seen.add(summary.lower())
-            if not guard.admits(f'{signature}\n    """{summary}"""\n'):
+            seen.add(fn.summary.lower())
+            if not guard.admits(f'{fn.signature}\n    """{fn.summary}"""\n'):
                 dropped += 1
                 continue
-            if rng.random() < CHAT_SHARE:
-                rows.append({"kind": "chat", "prompt": docstring_request(summary, rng)})
+            if rng.random() < mix.chat_share:
+                rows.append({"kind": "chat", "prompt": docstring_request(fn.summary, rng)})
             else:
-                rows.append({"kind": "complete", "prompt": code_prefix(signature, summary, rng.random() < HEALED_SHARE)})
+                shape = mix.shape(rng) if len(mix.shapes) > 1 else mix.shapes[0][0]
+                rows.append({"kind": "complete", "prompt": shaped_prefix(fn, shape, rng.random() < HEALED_SHARE, rng)})
             taken += 1
     rng.shuffle(rows)
     log(f"draft prompts: {len(rows)} from {len(roots)} packages "
@@ -193,7 +257,9 @@ def wide_prompt_rows(seed: int, n: int, log=print, guard: EvalGuard | None = Non
     return rows[:n]
 
 
-def wide_draft_prompt_rows(seed: int, n_wide: int = 4000, n_requests: int = 2400, log=print) -> list[dict]:
-    """`--prompts requests-wide`: the training requests (``draft_prompt_rows``) and as many again
-    and more of prompts the target never saw (``wide_prompt_rows``)."""
-    return draft_prompt_rows(seed, n_requests) + wide_prompt_rows(seed, n_wide, log)
+def wide_draft_prompt_rows(seed: int, n_wide: int = 4000, n_requests: int = 2400, log=print,
+                           mix: WideMix = REQUESTS_WIDE) -> list[dict]:
+    """`--prompts requests-wide` (and `code-wide`, with ``CODE_WIDE``): the training requests
+    (``draft_prompt_rows``) and as many again and more of prompts the target never saw
+    (``wide_prompt_rows``)."""
+    return draft_prompt_rows(seed, n_requests) + wide_prompt_rows(seed, n_wide, log, mix=mix)

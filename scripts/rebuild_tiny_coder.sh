@@ -41,6 +41,10 @@ dflash-studio train draft --target runs/target_ul/model --out runs/draft4/model 
 dflash-studio train draft --target runs/target_ul/model --out runs/draft6/model --work runs/draft6/work $DRAFT_FLAGS \
     --init runs/draft4/model --prompts requests-wide --chat-fraction 0.3 --lr 3e-4 --num-sequences 3000 \
     --new-tokens 96 --gen-fraction 0.25 --max-minutes 80 --cache-features-gb 10 --checkpoint-minutes 10 --seed 31
+# draft stage 8 (shipped): code prefixes in the shapes users paste (imports above a def, bare def lines, methods)
+dflash-studio train draft --target runs/target_ul/model --out runs/draft8/model --work runs/draft8/work $DRAFT_FLAGS \
+    --init runs/draft6/model --prompts code-wide --chat-fraction 0.2 --lr 3e-4 --num-sequences 3000 \
+    --new-tokens 96 --gen-fraction 0.25 --max-minutes 80 --cache-features-gb 10 --checkpoint-minutes 10 --seed 51
 
 # the draft proposes from the first 2,048 token ids only (a cheaper head on a CPU; docs/performance.md)
 cap_proposals() {
@@ -48,7 +52,7 @@ cap_proposals() {
 }
 mkdir -p assets/models/tiny-coder/target assets/models/tiny-coder/draft
 cp runs/target_ul/model/* assets/models/tiny-coder/target/
-cp runs/draft6/model/* assets/models/tiny-coder/draft/
+cp runs/draft8/model/* assets/models/tiny-coder/draft/
 cap_proposals assets/models/tiny-coder/draft/config.json
 dflash-studio bench --no-fallback   # greedy, block 8, the shipped prompt set
 

@@ -59,7 +59,7 @@ class WideMix:
         return rng.choices(names, weights)[0]
 
 
-# `--prompts requests-wide` (the shipped draft's stage 6): mostly requests, docstring prefixes only
+# `--prompts requests-wide` (draft stage 6): mostly requests, docstring prefixes only
 REQUESTS_WIDE = WideMix()
 # `--prompts code-wide`: mostly code prefixes, in the shapes people paste (bare signatures, a
 # module's imports above a def, methods under their class), where the shipped pair guessed worst

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rebuild both shipped pairs from scratch on a CPU: the embedded tiny coder (assets/models/tiny-coder,
-# about 9.5 hours on 2 cores) and, from its target and draft, the pair that answers requests
+# about 11 hours on 2 cores) and, from its target and draft, the pair that answers requests
 # (assets/models/tiny-coder-requests, about 6.5 hours more; issue #17). Every step resumes from its
 # --work checkpoint, so rerun this script after an interruption. Run it in the background:
 #   nohup bash scripts/rebuild_tiny_coder.sh > runs/rebuild.log 2>&1 &

@@ -55,6 +55,8 @@ class WideMix:
     shapes: tuple[tuple[str, float], ...] = (("docstring", 1.0),)
 
     def shape(self, rng: random.Random) -> str:
+        if len(self.shapes) == 1:  # no draw, so that a one-shape mix keeps its seed's old prompts
+            return self.shapes[0][0]
         names, weights = zip(*self.shapes)
         return rng.choices(names, weights)[0]
 
@@ -65,7 +67,6 @@ REQUESTS_WIDE = WideMix()
 # module's imports above a def, methods under their class), where the shipped pair guessed worst
 CODE_WIDE = WideMix(chat_share=0.35, shapes=(("docstring", 0.3), ("signature", 0.25), ("imports", 0.3),
                                              ("method", 0.15)))
-PREFIX_SHAPES = ("docstring", "signature", "imports", "method")
 
 
 class Documented(NamedTuple):
@@ -248,8 +249,8 @@ def wide_prompt_rows(seed: int, n: int, log=print, guard: EvalGuard | None = Non
             if rng.random() < mix.chat_share:
                 rows.append({"kind": "chat", "prompt": docstring_request(fn.summary, rng)})
             else:
-                shape = mix.shape(rng) if len(mix.shapes) > 1 else mix.shapes[0][0]
-                rows.append({"kind": "complete", "prompt": shaped_prefix(fn, shape, rng.random() < HEALED_SHARE, rng)})
+                rows.append({"kind": "complete",
+                             "prompt": shaped_prefix(fn, mix.shape(rng), rng.random() < HEALED_SHARE, rng)})
             taken += 1
     rng.shuffle(rows)
     log(f"draft prompts: {len(rows)} from {len(roots)} packages "

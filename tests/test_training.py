@@ -371,11 +371,43 @@ def test_train_draft_init_starts_from_given_weights_and_rejects_a_mismatch(tmp_p
     log = (tuned / "_train" / "log.jsonl").read_text()
     assert json.loads(log.splitlines()[0])["config"]["init_from"] == str(first)
 
+    # a deeper --layers grows the draft: the first layer is the initial one, the new one adds nothing yet
+    grown = tmp_path / "grown"
+    deeper = base + ["--out", str(grown), "--init", str(first), "--max-steps", "1", "--lr", "0"]
+    deeper[deeper.index("--layers") + 1] = "2"
+    assert cli(deeper) == 0
+    after = load_file(str(grown / "model.safetensors"))
+    assert all(torch.equal(after[k], start[k]) for k in start)
+    assert not after["layers.1.self_attn.o_proj.weight"].any() and not after["layers.1.mlp.down_proj.weight"].any()
+    assert "1 more layers" in capsys.readouterr().out
+
     # a draft of another block size cannot be fine-tuned as block 8
     bad = base + ["--out", str(tmp_path / "bad"), "--init", str(first), "--max-steps", "1"]
     bad[bad.index("--block-size") + 1] = "8"
     assert cli(bad) == 2
     assert "block size is 4, --block-size is 8" in capsys.readouterr().err
+
+
+def test_grow_draft_adds_identity_layers_that_keep_the_proposals():
+    from engine.training.draft import grow_draft
+    from tests.tiny_models import tiny_draft, tiny_target as tiny_memory_target
+
+    target = tiny_memory_target()
+    ids = [0, 2]
+    small = tiny_draft(target, seed=1, layers=2, target_layer_ids=ids)
+    deep = tiny_draft(target, seed=2, layers=4, target_layer_ids=ids)
+    assert grow_draft(deep, small) == 2
+    ctx, block = 6, 8
+    noise = torch.randn(1, block, 64)
+    features = torch.randn(1, ctx, len(small.target_layer_ids) * 64)
+    positions = torch.arange(ctx + block)[None]
+    with torch.no_grad():
+        assert torch.allclose(deep(noise, features, positions), small(noise, features, positions), atol=1e-6)
+    new_layer = deep.layers[3]
+    assert not new_layer.self_attn.o_proj.weight.any() and not new_layer.mlp.down_proj.weight.any()
+    assert torch.equal(new_layer.self_attn.q_proj.weight, small.layers[1].self_attn.q_proj.weight)
+    with pytest.raises(ValueError, match="cannot shrink"):
+        grow_draft(small, deep)
 
 
 def test_line_aligned_prefixes_are_whole_lines_within_the_budget(tokenizer_dir):

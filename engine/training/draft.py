@@ -38,7 +38,7 @@ class DraftTrainConfig:
     num_target_features: int = 4
     intermediate_size: int | None = None
     mask_token_id: int | None = None
-    init_from: str | None = None  # an existing draft to fine-tune (its shape wins; must fit the target)
+    init_from: str | None = None  # an existing draft to fine-tune (its width wins; it may have fewer layers)
     lr: float = 6e-4
     min_lr_ratio: float = 0.05
     warmup: float = 0.04
@@ -499,13 +499,31 @@ def evaluate(draft, target, pool: SequencePool, cfg, weights, device, cache=None
             "position_acc": [round(a, 3) for a in acc], "eval_blocks": n}
 
 
+def grow_draft(draft: torch.nn.Module, init: torch.nn.Module) -> int:
+    """Load ``init`` into a draft with as many or more layers, so that both compute the same thing:
+    the extra layers are copies of ``init``'s last layer whose output projections (attention's
+    ``o_proj``, the MLP's ``down_proj``) are zero, so each starts as the identity on the residual
+    stream and training decides what it adds. Returns how many layers were added."""
+    state = init.state_dict()
+    added = len(draft.layers) - len(init.layers)
+    if added < 0:
+        raise ValueError(f"cannot shrink a {len(init.layers)}-layer draft to {len(draft.layers)} layers")
+    last = len(init.layers) - 1
+    for i in range(len(init.layers), len(draft.layers)):
+        for name, value in init.layers[last].state_dict().items():
+            zero = name.endswith(("o_proj.weight", "o_proj.bias", "down_proj.weight", "down_proj.bias"))
+            state[f"layers.{i}.{name}"] = torch.zeros_like(value) if zero else value.clone()
+    draft.load_state_dict(state)
+    return added
+
+
 # ---------------------------------------------------------------- the command
 
 
 def check_init_draft(init, cfg: DraftTrainConfig, target_config) -> None:
     """A draft to fine-tune must have the requested shape and fit the target."""
     problems = []
-    if len(init.layers) != cfg.layers:
+    if len(init.layers) > cfg.layers:
         problems.append(f"it has {len(init.layers)} layers, --layers is {cfg.layers}")
     if init.block_size != cfg.block_size:
         problems.append(f"its block size is {init.block_size}, --block-size is {cfg.block_size}")
@@ -569,8 +587,9 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
     torch.manual_seed(seed)
     draft = DFlashDraftModel(dcfg).to(device).float().train()
     if init is not None:
-        draft.load_state_dict(init.state_dict())
-        log(f"initialised from the draft in {cfg.init_from}")
+        added = grow_draft(draft, init)
+        log(f"initialised from the draft in {cfg.init_from}"
+            + (f" ({added} more layers, each starting as the identity)" if added else ""))
     n_params = sum(p.numel() for p in draft.parameters())
     opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     run = _DraftRun(draft, opt, gen, target, train_pool, eval_pool, cfg, device, work, out, jlog, log,

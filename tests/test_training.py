@@ -359,6 +359,7 @@ def test_train_draft_init_starts_from_given_weights_and_rejects_a_mismatch(tmp_p
     base = ["train", "draft", "--target", str(target), "--corpus", str(corpus), *DRAFT_ARGS]
     first = tmp_path / "first"
     assert cli(base + ["--out", str(first), "--max-steps", "2"]) == 0
+    assert "regenerate" not in capsys.readouterr().err  # --no-progress: no bar in any phase
     start = load_file(str(first / "model.safetensors"))
 
     # zero training steps after --init: the saved draft is exactly the initial one

@@ -338,14 +338,14 @@ class SequencePool:
 
 
 def fill_pool(pool: SequencePool, path: Path, target, tokenizer, prompts, cfg, stops, device,
-              deadline: float | None, log, jlog, bar_desc: str) -> None:
+              deadline: float | None, log, jlog, bar_desc: str, progress: bool = True) -> None:
     """Generate until every prompt has a sequence (resuming after the ones already in the pool)
     or the deadline passes. Prompts are generated in length-sorted chunks to limit padding."""
     todo = prompts[len(pool):]
     if not todo:
         return
     t0, tokens_before = time.time(), pool.new_tokens()
-    bar = Progress(bar_desc, enabled=True, initial=len(pool) / max(1, len(prompts)))
+    bar = Progress(bar_desc, enabled=progress, initial=len(pool) / max(1, len(prompts)))
     governor = ThreadGovernor(torch.get_num_threads(), period=2, probe_every=4) if device.type == "cpu" else None
     for i in range(0, len(todo), cfg.gen_batch):
         if deadline is not None and time.time() > deadline:
@@ -574,7 +574,7 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
                    config=asdict(cfg), gamma=gamma, seed=seed, budget=asdict(budget))
         deadline = (t_start + budget.max_minutes * 60 * cfg.gen_fraction) if budget.max_minutes else None
         _regenerate(work, train_pool, eval_pool, target, tokenizer, corpus, prompts_file, cfg, seed, device,
-                    deadline, log, jlog)
+                    deadline, log, jlog, progress)
         gen_elapsed = time.time() - t_start
         log(f"data: {len(train_pool)} train sequences ({train_pool.new_tokens():,} regenerated "
             f"tokens), {len(eval_pool)} held-out, {gen_elapsed / 60:.1f} min")
@@ -631,7 +631,7 @@ def _draft_layout(cfg: DraftTrainConfig, init, tcfg, tokenizer, target) -> tuple
 
 def _regenerate(work: Path, train_pool: SequencePool, eval_pool: SequencePool, target, tokenizer, corpus,
                 prompts_file: Path | None, cfg: DraftTrainConfig, seed: int, device, deadline: float | None,
-                log, jlog: JsonlLog) -> None:
+                log, jlog: JsonlLog, progress: bool = True) -> None:
     """Fill the held-out pool, then the train pool until ``deadline``, with the target's own text."""
     stops = stop_ids(target, tokenizer)
     extra = []
@@ -651,10 +651,10 @@ def _regenerate(work: Path, train_pool: SequencePool, eval_pool: SequencePool, t
         extra = [json.loads(line) for line in Path(prompts_file).read_text().splitlines() if line.strip()]
     eval_prompts = build_prompts(tokenizer, corpus, cfg.eval_sequences, cfg, seed, heldout=True)
     fill_pool(eval_pool, work / "eval_sequences.pt", target, tokenizer, eval_prompts, cfg, stops,
-              device, None, log, jlog, "regenerate held-out")
+              device, None, log, jlog, "regenerate held-out", progress)
     train_prompts = build_prompts(tokenizer, corpus, cfg.num_sequences, cfg, seed, heldout=False, extra=extra)
     fill_pool(train_pool, work / "train_sequences.pt", target, tokenizer, train_prompts, cfg,
-              stops, device, deadline, log, jlog, "regenerate train")
+              stops, device, deadline, log, jlog, "regenerate train", progress)
 
 
 @dataclass

@@ -212,8 +212,9 @@ def _register_draft(sub) -> None:
     p.add_argument("--init", type=Path, default=None,
                    help="fine-tune an existing draft (z-lab format) instead of starting from random "
                         "weights, e.g. after the target was trained further; its target layers and "
-                        "mask id are kept. With --layers above its depth the draft grows: the new "
-                        "layers start as the identity, so training begins from the same proposals")
+                        "mask id are kept. With --layers above its depth, or --target-layer-ids "
+                        "adding layers to the ones it reads, the draft grows: the new parts start "
+                        "unused, so training begins from the same proposals")
     p.add_argument("--trim-loops", action="store_true",
                    help="cut each regenerated continuation after the second copy of a repeated span "
                         "of 8+ tokens (for targets whose greedy text loops; the held-out estimate of "

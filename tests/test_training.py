@@ -394,21 +394,24 @@ def test_grow_draft_adds_identity_layers_that_keep_the_proposals():
     from tests.tiny_models import tiny_draft, tiny_target as tiny_memory_target
 
     target = tiny_memory_target()
-    ids = [0, 2]
-    small = tiny_draft(target, seed=1, layers=2, target_layer_ids=ids)
-    deep = tiny_draft(target, seed=2, layers=4, target_layer_ids=ids)
+    small = tiny_draft(target, seed=1, layers=2, target_layer_ids=[0, 2])
+    deep = tiny_draft(target, seed=2, layers=4, target_layer_ids=[0, 1, 2, 3])  # also reads layers 1 and 3
     assert grow_draft(deep, small) == 2
     ctx, block = 6, 8
     noise = torch.randn(1, block, 64)
-    features = torch.randn(1, ctx, len(small.target_layer_ids) * 64)
+    per_layer = {i: torch.randn(1, ctx, 64) for i in range(4)}
+    features = {d: torch.cat([per_layer[i] for i in d.target_layer_ids], -1) for d in (small, deep)}
     positions = torch.arange(ctx + block)[None]
     with torch.no_grad():
-        assert torch.allclose(deep(noise, features, positions), small(noise, features, positions), atol=1e-6)
+        assert torch.allclose(deep(noise, features[deep], positions), small(noise, features[small], positions),
+                              atol=1e-6)
     new_layer = deep.layers[3]
     assert not new_layer.self_attn.o_proj.weight.any() and not new_layer.mlp.down_proj.weight.any()
     assert torch.equal(new_layer.self_attn.q_proj.weight, small.layers[1].self_attn.q_proj.weight)
     with pytest.raises(ValueError, match="cannot shrink"):
         grow_draft(small, deep)
+    with pytest.raises(ValueError, match="still read target layers"):
+        grow_draft(tiny_draft(target, layers=2, target_layer_ids=[1, 3]), small)
 
 
 def test_line_aligned_prefixes_are_whole_lines_within_the_budget(tokenizer_dir):

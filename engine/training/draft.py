@@ -500,21 +500,38 @@ def evaluate(draft, target, pool: SequencePool, cfg, weights, device, cache=None
 
 
 def grow_draft(draft: torch.nn.Module, init: torch.nn.Module) -> int:
-    """Load ``init`` into a draft with as many or more layers, so that both compute the same thing:
-    the extra layers are copies of ``init``'s last layer whose output projections (attention's
-    ``o_proj``, the MLP's ``down_proj``) are zero, so each starts as the identity on the residual
-    stream and training decides what it adds. Returns how many layers were added."""
+    """Load ``init`` into a draft with as many or more layers, reading the same or more target
+    layers, so that both compute the same thing. Extra layers are copies of ``init``'s last layer
+    whose output projections (attention's ``o_proj``, the MLP's ``down_proj``) are zero: each
+    starts as the identity on the residual stream. Extra target layers get zero columns in ``fc``:
+    their features start unread. Training decides what either adds. Returns the layers added."""
     state = init.state_dict()
     added = len(draft.layers) - len(init.layers)
     if added < 0:
         raise ValueError(f"cannot shrink a {len(init.layers)}-layer draft to {len(draft.layers)} layers")
+    missing = set(init.target_layer_ids) - set(draft.target_layer_ids)
+    if missing:
+        raise ValueError(f"the grown draft must still read target layers {sorted(missing)}")
     last = len(init.layers) - 1
     for i in range(len(init.layers), len(draft.layers)):
         for name, value in init.layers[last].state_dict().items():
             zero = name.endswith(("o_proj.weight", "o_proj.bias", "down_proj.weight", "down_proj.bias"))
             state[f"layers.{i}.{name}"] = torch.zeros_like(value) if zero else value.clone()
+    state["fc.weight"] = _grown_fc(init.fc.weight, init.target_layer_ids, draft.target_layer_ids)
     draft.load_state_dict(state)
     return added
+
+
+def _grown_fc(weight: torch.Tensor, old_ids: list[int], new_ids: list[int]) -> torch.Tensor:
+    """``fc`` maps the concatenated features of ``target_layer_ids``, one ``hidden``-wide column
+    block per layer: keep each old layer's block where that layer now sits, zeros for new ones."""
+    hidden = weight.shape[1] // len(old_ids)
+    grown = weight.new_zeros(weight.shape[0], hidden * len(new_ids))
+    for j, layer in enumerate(new_ids):
+        if layer in old_ids:
+            i = old_ids.index(layer)
+            grown[:, j * hidden:(j + 1) * hidden] = weight[:, i * hidden:(i + 1) * hidden]
+    return grown
 
 
 # ---------------------------------------------------------------- the command
@@ -527,13 +544,13 @@ def check_init_draft(init, cfg: DraftTrainConfig, target_config) -> None:
         problems.append(f"it has {len(init.layers)} layers, --layers is {cfg.layers}")
     if init.block_size != cfg.block_size:
         problems.append(f"its block size is {init.block_size}, --block-size is {cfg.block_size}")
-    if cfg.target_layer_ids and list(cfg.target_layer_ids) != init.target_layer_ids:
+    if cfg.target_layer_ids and not set(init.target_layer_ids) <= set(cfg.target_layer_ids):
         problems.append(f"it reads target layers {init.target_layer_ids}, --target-layer-ids is {cfg.target_layer_ids}")
     if init.config.hidden_size != target_config.hidden_size:
         problems.append(f"its hidden size is {init.config.hidden_size}, the target's {target_config.hidden_size}")
-    if max(init.target_layer_ids) >= target_config.num_hidden_layers:
-        problems.append(f"it reads target layer {max(init.target_layer_ids)}, the target has "
-                        f"{target_config.num_hidden_layers}")
+    deepest = max(cfg.target_layer_ids or init.target_layer_ids)
+    if deepest >= target_config.num_hidden_layers:
+        problems.append(f"it reads target layer {deepest}, the target has {target_config.num_hidden_layers}")
     if cfg.intermediate_size and init.config.intermediate_size != cfg.intermediate_size:
         problems.append(f"its intermediate size is {init.config.intermediate_size}")
     if problems:
@@ -588,8 +605,10 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
     draft = DFlashDraftModel(dcfg).to(device).float().train()
     if init is not None:
         added = grow_draft(draft, init)
+        new_features = sorted(set(layer_ids) - set(init.target_layer_ids))
         log(f"initialised from the draft in {cfg.init_from}"
-            + (f" ({added} more layers, each starting as the identity)" if added else ""))
+            + (f"; {added} more layers, each starting as the identity" if added else "")
+            + (f"; also reads target layers {new_features}, starting unread" if new_features else ""))
     n_params = sum(p.numel() for p in draft.parameters())
     opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     run = _DraftRun(draft, opt, gen, target, train_pool, eval_pool, cfg, device, work, out, jlog, log,
@@ -620,8 +639,8 @@ def _draft_layout(cfg: DraftTrainConfig, init, tcfg, tokenizer, target) -> tuple
     n_target = tcfg.num_hidden_layers
     if init is not None:
         check_init_draft(init, cfg, tcfg)
-        cfg = replace(cfg, target_layer_ids=init.target_layer_ids, mask_token_id=init.mask_token_id,
-                      intermediate_size=init.config.intermediate_size)
+        cfg = replace(cfg, target_layer_ids=cfg.target_layer_ids or init.target_layer_ids,
+                      mask_token_id=init.mask_token_id, intermediate_size=init.config.intermediate_size)
     layer_ids = cfg.target_layer_ids or sorted(set(default_target_layer_ids(n_target, max(1, min(cfg.num_target_features, n_target)))))
     if any(not (0 <= i < n_target) for i in layer_ids):
         raise ValueError(f"target_layer_ids {layer_ids} out of range for a {n_target}-layer target")

@@ -382,6 +382,19 @@ def test_train_draft_init_starts_from_given_weights_and_rejects_a_mismatch(tmp_p
     assert not after["layers.1.self_attn.o_proj.weight"].any() and not after["layers.1.mlp.down_proj.weight"].any()
     assert "1 more layers" in capsys.readouterr().out
 
+    # --target-layer-ids adding a layer grows fc: the old features keep their weights, the new one starts unread
+    ids = json.loads((first / "config.json").read_text())["dflash_config"]["target_layer_ids"]
+    extra = next(i for i in range(4) if i not in ids)
+    wider = base + ["--out", str(tmp_path / "wider"), "--init", str(first), "--max-steps", "1", "--lr", "0",
+                    "--target-layer-ids", ",".join(map(str, ids + [extra]))]
+    assert cli(wider) == 0
+    fc, old_fc = load_file(str(tmp_path / "wider" / "model.safetensors"))["fc.weight"], start["fc.weight"]
+    assert torch.equal(fc[:, :old_fc.shape[1]], old_fc) and not fc[:, old_fc.shape[1]:].any()
+    dropped = base + ["--out", str(tmp_path / "dropped"), "--init", str(first), "--max-steps", "1",
+                      "--target-layer-ids", str(extra)]
+    assert cli(dropped) == 2
+    assert f"it reads target layers {ids}" in capsys.readouterr().err
+
     # a draft of another block size cannot be fine-tuned as block 8
     bad = base + ["--out", str(tmp_path / "bad"), "--init", str(first), "--max-steps", "1"]
     bad[bad.index("--block-size") + 1] = "8"

@@ -36,7 +36,8 @@ class ModelChoice:
     key: str  # shown in the model picker, stored in session settings
     target: str | None  # None: the embedded tiny coder
     draft: str | None
-    note: str = ""
+    note: str = ""  # where the pair comes from
+    hint: str = ""  # what it is good for, shown after the key in the model picker
 
 
 def model_catalog(config: AppConfig, embedded_dir: Path | None = None) -> list[ModelChoice]:
@@ -57,11 +58,12 @@ def model_catalog(config: AppConfig, embedded_dir: Path | None = None) -> list[M
 
         embedded_dir = embedded_pair()[0].parent
     if (embedded_dir / "target").is_dir() or not choices:
-        choices.append(ModelChoice(EMBEDDED_KEY, None, None, "embedded"))
+        choices.append(ModelChoice(EMBEDDED_KEY, None, None, "embedded",
+                                   "fastest drafts; a code completer that ignores requests"))
     requests_pair = embedded_dir.parent / REQUESTS_PAIR
     if (requests_pair / "target").is_dir() and (requests_pair / "draft").is_dir():
         choices.append(ModelChoice(REQUESTS_KEY, str(requests_pair / "target"), str(requests_pair / "draft"),
-                                   "shipped beside the embedded pair: answers requests, its draft pays less"))
+                                   "shipped beside the embedded pair", "small fitting functions; slower drafts"))
     if config.models_dir is not None:
         for folder in sorted(Path(config.models_dir).iterdir()):
             if (folder / "target").is_dir():
@@ -144,7 +146,7 @@ class EngineHost:
             return self._status
 
     def choices(self) -> list[tuple[str, str]]:
-        return [(key, key) for key in self.catalog]
+        return [(f"{key} · {choice.hint}" if choice.hint else key, key) for key, choice in self.catalog.items()]
 
     # -------------------------------------------------------------- work on the one worker
     def start(self) -> Future:

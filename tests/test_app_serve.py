@@ -69,6 +69,9 @@ def test_the_catalog_offers_the_shipped_request_pair_once():
     assert (choice.target, choice.draft) == (str(pair / "target"), str(pair / "draft"))
     listed = model_catalog(AppConfig(models_dir=models))
     assert [c.key for c in listed] == [EMBEDDED_KEY, REQUESTS_KEY]
+    # the picker says which pair does what; its values stay the stored keys
+    labels = dict((key, label) for label, key in EngineHost(listed, loader=None).choices())
+    assert "ignores requests" in labels[EMBEDDED_KEY] and "fitting functions" in labels[REQUESTS_KEY]
 
 
 def test_the_model_loads_in_the_background_with_progress_and_a_failure_keeps_the_old_one():

@@ -59,11 +59,11 @@ def model_catalog(config: AppConfig, embedded_dir: Path | None = None) -> list[M
         embedded_dir = embedded_pair()[0].parent
     if (embedded_dir / "target").is_dir() or not choices:
         choices.append(ModelChoice(EMBEDDED_KEY, None, None, "embedded",
-                                   "fastest drafts; a code completer that ignores requests"))
+                                   "fast, ignores requests"))
     requests_pair = embedded_dir.parent / REQUESTS_PAIR
     if (requests_pair / "target").is_dir() and (requests_pair / "draft").is_dir():
         choices.append(ModelChoice(REQUESTS_KEY, str(requests_pair / "target"), str(requests_pair / "draft"),
-                                   "shipped beside the embedded pair", "small fitting functions; slower drafts"))
+                                   "shipped beside the embedded pair", "slower drafts"))
     if config.models_dir is not None:
         for folder in sorted(Path(config.models_dir).iterdir()):
             if (folder / "target").is_dir():

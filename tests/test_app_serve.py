@@ -71,7 +71,7 @@ def test_the_catalog_offers_the_shipped_request_pair_once():
     assert [c.key for c in listed] == [EMBEDDED_KEY, REQUESTS_KEY]
     # the picker says which pair does what; its values stay the stored keys
     labels = dict((key, label) for label, key in EngineHost(listed, loader=None).choices())
-    assert "ignores requests" in labels[EMBEDDED_KEY] and "fitting functions" in labels[REQUESTS_KEY]
+    assert labels[EMBEDDED_KEY].endswith("ignores requests") and labels[REQUESTS_KEY].endswith("slower drafts")
 
 
 def test_the_model_loads_in_the_background_with_progress_and_a_failure_keeps_the_old_one():

@@ -538,7 +538,7 @@ def _grown_fc(weight: torch.Tensor, old_ids: list[int], new_ids: list[int]) -> t
 
 
 def check_init_draft(init, cfg: DraftTrainConfig, target_config) -> None:
-    """A draft to fine-tune must have the requested shape and fit the target."""
+    """A draft to fine-tune or grow must fit within the requested shape and fit the target."""
     problems = []
     if len(init.layers) > cfg.layers:
         problems.append(f"it has {len(init.layers)} layers, --layers is {cfg.layers}")

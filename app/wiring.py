@@ -58,8 +58,7 @@ def model_catalog(config: AppConfig, embedded_dir: Path | None = None) -> list[M
 
         embedded_dir = embedded_pair()[0].parent
     if (embedded_dir / "target").is_dir() or not choices:
-        choices.append(ModelChoice(EMBEDDED_KEY, None, None, "embedded",
-                                   "fast, ignores requests"))
+        choices.append(ModelChoice(EMBEDDED_KEY, None, None, "embedded", "fast, ignores requests"))
     requests_pair = embedded_dir.parent / REQUESTS_PAIR
     if (requests_pair / "target").is_dir() and (requests_pair / "draft").is_dir():
         choices.append(ModelChoice(REQUESTS_KEY, str(requests_pair / "target"), str(requests_pair / "draft"),

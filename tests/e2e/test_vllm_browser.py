@@ -12,7 +12,7 @@ import signal
 import pytest
 
 from engine.config import SamplingConfig
-from engine.events import Finished
+from engine.events import Cycle, Finished
 from engine.prompts import heal_code_prompt
 
 from .conftest import ARTIFACTS, VIEWPORT, launch
@@ -117,6 +117,28 @@ def long_prompt(engine) -> str:
     pytest.fail("no candidate prompt gives a long reply: add one to LONG_CANDIDATES")
 
 
+def freeze_at_first_cycle(engine, group: int) -> None:
+    """Stop (SIGSTOP) the vLLM server the moment the Studio receives the reply's first cycle, so the
+    kill that follows always lands mid-reply: on a loaded 2-core machine the browser can lag the
+    server by the whole reply, and a reply that ends before the kill leaves nothing to interrupt."""
+    generate = engine.generate
+
+    def frozen_after_first_cycle(*args, **kwargs):
+        for event in generate(*args, **kwargs):
+            if isinstance(event, Cycle) and engine.server.process.pid == group:
+                os.killpg(group, signal.SIGSTOP)
+                engine.generate = generate  # once: the next request runs on the restarted server
+            yield event
+
+    engine.generate = frozen_after_first_cycle
+
+
+def last_reply(studio) -> dict | None:
+    session = studio.store.list_sessions()[0]
+    replies = [m for m in studio.store.get_messages(session["id"]) if m["role"] == "assistant"]
+    return {k: replies[-1][k] for k in ("status", "error", "new_tokens")} if replies else None
+
+
 def test_a_server_killed_mid_reply_keeps_the_reply_as_interrupted_and_the_studio_up(vllm_page, vllm_app):
     studio, _ = vllm_app
     page = vllm_page
@@ -125,11 +147,16 @@ def test_a_server_killed_mid_reply_keeps_the_reply_as_interrupted_and_the_studio
     page.click("#new-session")
     page.wait_for_function("!document.querySelector('#chat .message')")
     assert page.locator("#max-new-tokens input[type='number']").input_value() == "800"
+    group = engine.server.process.pid
+    freeze_at_first_cycle(engine, group)
     complete(page, prompt)
     page.wait_for_function(f"document.querySelectorAll('{TOKENS}').length >= 2")
-    os.killpg(engine.server.process.pid, signal.SIGKILL)  # vLLM dies mid-reply
+    os.killpg(group, signal.SIGKILL)  # vLLM dies mid-reply
 
-    page.wait_for_function("document.body.innerText.includes('stopped mid-reply')", timeout=90_000)  # reply or toast
+    try:
+        page.wait_for_function("document.body.innerText.includes('stopped mid-reply')", timeout=90_000)  # reply or toast
+    except Exception:
+        pytest.fail(f"no 'stopped mid-reply' on screen; the stored reply: {last_reply(studio)}")
     assert "vLLM server stopped mid-reply" in page.locator("body").inner_text()
     session = studio.store.list_sessions()[0]
     reply = [m for m in studio.store.get_messages(session["id"]) if m["role"] == "assistant"][-1]

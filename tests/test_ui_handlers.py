@@ -76,6 +76,33 @@ def test_replies_stream_once_per_cycle_when_cycles_are_slow(ctx, engine):
     assert len(set(counts)) >= 4 and counts == sorted(counts)  # the view grows block by block
 
 
+def test_tokens_that_arrive_just_before_the_engine_stalls_are_shown_during_the_stall(ctx, engine):
+    """Cycles that arrive within one yield interval are coalesced; if the engine then stalls
+    (a slow step, a vLLM server that hangs), they must still reach the page, not wait for the
+    next event."""
+    stall = threading.Event()
+    generate = engine.generate
+
+    def stalling(*args, **kwargs):
+        for n, event in enumerate(generate(*args, **kwargs)):
+            yield event
+            if n == 2:  # Started and two cycles, then the engine hangs
+                stall.wait(10)
+
+    engine.generate = stalling
+    engine.enqueue(FakeReply("a b c d e f g h", accept=(0,)))
+    session_id, _ = send(ctx, "go")
+    counts, shown_while_stalled = [], None
+    for update in h.respond(ctx, session_id, *CONTROLS):
+        if "token_view" in update:
+            counts.append(update["token_view"].count('class="tok"'))
+            if not stall.is_set() and counts[-1] >= 1 + 2 * 8:  # the first token and both cycles are on screen
+                shown_while_stalled = counts[-1]
+                stall.set()
+    stall.set()
+    assert shown_while_stalled == 1 + 2 * 8, counts  # the first token, then 2 cycles of 1 emitted + 7 rejected
+
+
 def test_invalid_settings_are_refused_with_a_message_and_nothing_is_stored(ctx):
     with pytest.raises(gr.Error, match="temperature must be between 0 and 5"):
         h.submit_prompt(ctx, None, "hello", 8, 9.0, 1.0, 256, True, True)

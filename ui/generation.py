@@ -156,6 +156,7 @@ def stream_reply(ctx: UIContext, request: GenerationRequest) -> Iterator[ReplyUp
     trace = ReplyTrace.for_engine(capabilities_of(engine).kind if engine is not None else None)
     update = ReplyUpdate(trace, "waiting")
     last_yield = 0.0
+    withheld = False  # tokens applied but not yet shown (they arrived within the yield interval)
     try:
         while True:
             try:
@@ -166,6 +167,10 @@ def stream_reply(ctx: UIContext, request: GenerationRequest) -> Iterator[ReplyUp
                     update.note = (f"loading {status.model_key}: {status.message} ({status.fraction:.0%})"
                                    if status.state == "loading" else "waiting for the engine…")
                     yield update
+                elif withheld:  # the engine stalls (a slow step, a server that hangs): show what came
+                    last_yield, withheld = time.monotonic(), False
+                    yield update
+                    update.cycles_added = 0
                 continue
             pending = [item]
             while item is not DONE:  # drain what is already there: one page update for all of it
@@ -188,9 +193,11 @@ def stream_reply(ctx: UIContext, request: GenerationRequest) -> Iterator[ReplyUp
                 return
             now = time.monotonic()
             if now - last_yield >= ctx.yield_interval_s or update.status not in ("waiting", "streaming"):
-                last_yield = now
+                last_yield, withheld = now, False
                 yield update
                 update.cycles_added = 0
+            else:
+                withheld = True
     finally:
         ctx.forget_cancel(request.session_id, cancel)
 

@@ -424,10 +424,11 @@ def wire(ctx: UIContext, c: dict, tab, demo) -> None:
                      api_name="teach_step")
     for button, delta in ((c["prev"], -1), (c["next"], +1)):
         button.click(moved.wrap(partial(move, ctx, delta=delta)), [c["reply"], c["cycle"]], moved.components, **hidden)
+    ticked = c["timer"].tick(playback.wrap(partial(tick, ctx)), [c["reply"], c["cycle"], c["playing"]],
+                             playback.components, **hidden)
+    # a tick queued before Pause still carries playing=True: Pause cancels it, so the cycle stays put
     c["play"].click(playback.wrap(partial(toggle_play, ctx)), [c["reply"], c["cycle"], c["playing"], c["speed"]],
-                    playback.components, **hidden)
-    c["timer"].tick(playback.wrap(partial(tick, ctx)), [c["reply"], c["cycle"], c["playing"]], playback.components,
-                    **hidden)
+                    playback.components, cancels=[ticked], **hidden)
     c["speed"].input(set_speed, [c["speed"], c["playing"]], c["timer"], **hidden)
     comparison = Outputs(c, COMPARISON)
     c["compare"].click(comparison.wrap(partial(compare, ctx)), [c["reply"]], comparison.components,

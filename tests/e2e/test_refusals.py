@@ -16,7 +16,8 @@ pytestmark = pytest.mark.e2e
 WATCHED = ("#chat", "#session-list", "#session-title", "#chat-input", "#token-view")
 
 
-PROGRESS = re.compile(r"^(processing \|.*|[\d.]+s|[\d.]+/[\d.]+s)$", re.M)  # a lagging event's timer, not a change
+# a lagging event's queue position or timer, not a change
+PROGRESS = re.compile(r"^(processing \|.*|queue: \d+/\d+ \|.*|[\d.]+s|[\d.]+/[\d.]+s)$", re.M)
 
 
 def snapshot(page) -> dict:

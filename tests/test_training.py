@@ -17,7 +17,7 @@ import torch
 from app.cli import main as cli
 from engine.repetition import is_loop
 from engine.training.common import Budget, ThreadGovernor, cosine_lr
-from engine.training.draft import (SequencePool, acceptance_stats, block_inputs, block_labels, loss_weights,
+from engine.training.draft import (SequencePool, acceptance_stats, block_inputs, block_labels, decode_chain, loss_weights,
                                    sample_anchors, training_mask, trim_repetition)
 from engine.training.tokenizer import CHAT_TEMPLATE, render_chat
 
@@ -256,6 +256,52 @@ def test_acceptance_stats_counts_leading_correct_slots():
     w = torch.tensor([[0, 1, 0.7, 0.5], [0, 1, 0.7, 0.5]])
     acc, tau, n = acceptance_stats(correct, w)
     assert acc == [0.5, 1.0, 0.5] and n == 2 and tau == (3 + 1) / 2
+
+
+def test_decode_chain_follows_the_anchors_decoding_meets():
+    # rows: blocks at consecutive generated positions; slot 0 is the anchor (no weight)
+    correct = torch.tensor([[True, True, True, False],   # position 0: 2 accepted -> tau 3, next at 3
+                            [True, True, True, True],    # position 1: never an anchor
+                            [True, True, True, True],
+                            [True, False, True, True],   # position 3: 0 accepted -> tau 1
+                            [True, True, True, True],    # position 4: all in range accepted -> cut at the end
+                            [True, True, True, True],
+                            [True, False, False, False]])  # padding row (no weight)
+    w = torch.tensor([[0, 1, 0.7, 0.5]] * 5 + [[0, 1, 0, 0], [0, 0, 0, 0]])
+    assert decode_chain(correct, w) == [3, 1, 2]  # 6 valid anchors: 3 + 1 + 2 tokens after the first
+
+
+def test_held_out_correctness_counts_only_what_decoding_can_propose():
+    from types import SimpleNamespace
+
+    from engine.training.draft import proposals
+
+    logits = torch.tensor([[0.1, 0.5, 0.2, 0.0, 0.9]])  # the best id (4) lies above a 3-id proposal vocabulary
+    assert proposals(SimpleNamespace(proposal_vocab_size=None), logits).tolist() == [4]
+    assert proposals(SimpleNamespace(proposal_vocab_size=3), logits).tolist() == [1]
+
+
+def test_decode_chain_on_a_greedy_reply_equals_what_decoding_measures():
+    """The held-out `tau_decode` reads the acceptance lengths real DFlash decoding has: on the
+    embedded pair's own greedy reply, cycle for cycle."""
+    from engine.config import EngineConfig, SamplingConfig
+    from engine.events import Finished
+    from engine.runtime import LocalEngine
+    from engine.training.draft import DraftTrainConfig, draft_batch_loss
+
+    engine = LocalEngine.load(EngineConfig(threads=1))
+    prompt = engine.encode("def parse(text):\n", raw=True)
+    finished = [e for e in engine.generate(prompt, SamplingConfig(max_new_tokens=48)) if isinstance(e, Finished)][0]
+    assert finished.reason == "length" and sum(finished.acceptance_lengths) == 47
+    assert max(finished.acceptance_lengths) > 2  # drafts accepted: the chain is not trivially all ones
+    seq = torch.tensor(prompt + list(finished.token_ids))
+    models = engine.models
+    cfg = DraftTrainConfig(block_size=models.draft.block_size)
+    with torch.no_grad():
+        _, correct, weight = draft_batch_loss(models.draft, models.target, [(seq, len(prompt))], cfg,
+                                              loss_weights(cfg.block_size, cfg.decay_gamma()), None,
+                                              torch.device("cpu"), eval_anchors=len(seq))
+    assert decode_chain(correct[0], weight[0]) == list(finished.acceptance_lengths)
 
 
 def test_budget_schedule_and_loop_detector():

@@ -149,6 +149,24 @@ def acceptance_stats(correct: torch.Tensor, weight: torch.Tensor) -> tuple[list[
     return acc, tau, n_full
 
 
+def decode_chain(correct: torch.Tensor, weight: torch.Tensor) -> list[int]:
+    """The acceptance lengths greedy DFlash decoding has on one sequence, from the blocks
+    anchored at EVERY generated position (row i: the block at the i-th generated token):
+    the first cycle is anchored at the first generated token, each next one at the bonus token
+    after the last accepted draft. Unlike ``acceptance_stats``' evenly spaced anchors this
+    counts only the anchors decoding meets, which follow the draft's misses, so it reads what
+    ``bench`` measures on the same prompts (and lower)."""
+    valid_rows = int((weight[:, 1:] > 0).any(-1).sum())
+    taus, i = [], 0
+    while i < valid_rows:
+        ok = correct[i, 1:] & (weight[i, 1:] > 0)
+        lead = int(torch.cumprod(ok.long(), dim=0).sum())
+        tau = min(lead + 1, valid_rows - i)  # the last cycle is cut at the sequence's end
+        taus.append(tau)
+        i += tau
+    return taus
+
+
 # ---------------------------------------------------------------- target side
 
 
@@ -474,20 +492,31 @@ def draft_batch_loss(draft, target, batch: list[tuple[torch.Tensor, int]], cfg: 
     ce = ce.view_as(wts[:, :, 1:])
     loss = (ce * wts[:, :, 1:]).sum() / wts.sum().clamp(min=1e-6)
     correct = torch.zeros_like(labels, dtype=torch.bool)
-    correct[:, :, 1:] = logits.detach().argmax(-1) == labels[:, :, 1:]
+    correct[:, :, 1:] = proposals(draft, logits.detach()) == labels[:, :, 1:]
     return loss, correct.cpu(), wts.cpu()
+
+
+def proposals(draft, logits: torch.Tensor) -> torch.Tensor:
+    """What decoding would propose from these logits: the argmax, over the ids below the
+    draft's ``proposal_vocab_size`` when it has one (as ``DFlashDraftModel.proposal_logits``)."""
+    k = draft.proposal_vocab_size
+    return logits[..., :k].argmax(-1) if k is not None else logits.argmax(-1)
 
 
 @torch.no_grad()
 def evaluate(draft, target, pool: SequencePool, cfg, weights, device, cache=None) -> dict:
     draft.eval()
-    corrects, wts, losses = [], [], []
+    corrects, wts, losses, chain = [], [], [], []
     for i in range(0, len(pool), cfg.batch_size):
         js = range(i, min(len(pool), i + cfg.batch_size))
         batch = [(pool.seqs[j], pool.prompt_lens[j]) for j in js]
         cached = [(cache.feats[j], cache.next_tokens[j]) for j in js] if cache else None
+        # a block at every generated position (the usual 96 already cover a 96-token reply),
+        # so that the decode chain below can follow any sequence to its end
+        anchors = max(cfg.eval_anchors, max(len(s) - 1 - p for s, p in batch))
         loss, c, w = draft_batch_loss(draft, target, batch, cfg, weights, None, device,
-                                      eval_anchors=cfg.eval_anchors, cached=cached)
+                                      eval_anchors=anchors, cached=cached)
+        chain.extend(tau for k in range(len(batch)) for tau in decode_chain(c[k], w[k]))
         corrects.append(c.reshape(-1, cfg.block_size))
         wts.append(w.reshape(-1, cfg.block_size))
         losses.append(loss.item())
@@ -496,6 +525,7 @@ def evaluate(draft, target, pool: SequencePool, cfg, weights, device, cache=None
         return {}
     acc, tau, n = acceptance_stats(torch.cat(corrects), torch.cat(wts))
     return {"heldout_loss": round(sum(losses) / len(losses), 4), "tau_est": round(tau, 3),
+            "tau_decode": round(sum(chain) / len(chain), 3) if chain else None,
             "position_acc": [round(a, 3) for a in acc], "eval_blocks": n}
 
 
@@ -723,7 +753,7 @@ class _DraftRun:
                **evaluate(self.draft, self.target, self.eval_pool, self.cfg, self.weights, self.device, self.eval_cache)}
         self.jlog.write("eval", **res)
         self.log(f"eval step {clock.step}: held-out loss {res.get('heldout_loss')} tau~{res.get('tau_est')} "
-                 f"acc {res.get('position_acc')}")
+                 f"decode tau~{res.get('tau_decode')} acc {res.get('position_acc')}")
         save_checkpoint(self.work / "checkpoint.pt", {
             "draft": self.draft.state_dict(), "optimizer": self.opt.state_dict(), "generator": self.gen.get_state(),
             "step": clock.step, "blocks": clock.work, "elapsed": clock.elapsed, "gen_elapsed": self.gen_elapsed})
@@ -734,7 +764,7 @@ class _DraftRun:
             **self.meta, "train_sequences": len(self.train_pool), "regenerated_tokens": self.train_pool.new_tokens(),
             "generation_minutes": round(self.gen_elapsed / 60, 1), "steps": clock.step, "blocks": clock.work,
             "train_minutes": round(clock.elapsed / 60, 1), "final": final,
-            **{k: v for k, v in res.items() if k in ("heldout_loss", "tau_est", "position_acc")}})
+            **{k: v for k, v in res.items() if k in ("heldout_loss", "tau_est", "tau_decode", "position_acc")}})
         return res
 
     def batches(self):

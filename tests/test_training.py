@@ -373,6 +373,7 @@ def test_train_draft_smoke_resume_and_load(tmp_path, corpus, tokenizer_dir, arch
     assert sum(e["event"] == "generate" for e in log) == 2  # generation ran once (held-out + train)
     final = [e for e in log if e["event"] == "eval"][-1]
     assert final["step"] == 3 and len(final["position_acc"]) == 3
+    assert 1 <= final["tau_decode"] <= 4  # the held-out decode chain, at most a block per cycle
     draft = load_draft(out)
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["architectures"] == ["DFlashDraftModel"] and cfg["block_size"] == 4

@@ -154,8 +154,8 @@ def decode_chain(correct: torch.Tensor, weight: torch.Tensor) -> list[int]:
     anchored at EVERY generated position (row i: the block at the i-th generated token):
     the first cycle is anchored at the first generated token, each next one at the bonus token
     after the last accepted draft. Unlike ``acceptance_stats``' evenly spaced anchors this
-    counts only the anchors decoding meets, which follow the draft's misses, so it reads what
-    ``bench`` measures on the same prompts (and lower)."""
+    counts only the anchors decoding meets, which follow the draft's misses: it reads what
+    ``bench`` measures on the same prompts, below the evenly spaced estimate."""
     valid_rows = int((weight[:, 1:] > 0).any(-1).sum())
     taus, i = [], 0
     while i < valid_rows:

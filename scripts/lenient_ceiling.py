@@ -50,8 +50,8 @@ def lenient_verification(alpha: float):
 
 
 def measure(engine, prompts, alpha: float, max_new_tokens: int = 160) -> dict:
+    from engine.bench import run_dflash
     from engine.config import SamplingConfig
-    from engine.events import Finished
     from engine.prompts import heal_code_prompt
     from engine.repetition import is_loop
     from engine.training.evaluate import score_reply, summarize
@@ -60,8 +60,8 @@ def measure(engine, prompts, alpha: float, max_new_tokens: int = 160) -> dict:
     with lenient_verification(alpha):
         for p in prompts:
             text = heal_code_prompt(p.prompt) if p.raw else p.prompt
-            events = engine.generate(engine.encode(text, raw=p.raw), SamplingConfig(max_new_tokens=max_new_tokens))
-            finished = [e for e in events if isinstance(e, Finished)][0]
+            finished, _ = run_dflash(engine, engine.encode(text, raw=p.raw), SamplingConfig(max_new_tokens=max_new_tokens),
+                                     None)
             ended = finished.reason == "stop"
             new = list(finished.token_ids)[: -1 if ended else None]
             kind = "complete" if p.raw else "chat"

@@ -1,29 +1,18 @@
 """scripts/lenient_ceiling.py: accepting what the target finds plausible, as an upper bound."""
 
-import importlib.util
 import statistics
-from pathlib import Path
 
 import torch
 
-from engine.bench import BenchPrompt
+from engine.bench import BenchPrompt, run_dflash
 from engine.config import EngineConfig, SamplingConfig
-from engine.events import Finished
 from engine.prompts import heal_code_prompt
 from engine.runtime import LocalEngine
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "lenient_ceiling.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("lenient_ceiling", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.script_loader import load_script
 
 
 def test_a_draft_is_accepted_while_the_target_finds_it_plausible_enough():
-    accept = load_script().lenient_accept
+    accept = load_script("lenient_ceiling").lenient_accept
     # target probabilities per verified position (3 drafts + the bonus position)
     probs = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.5, 0.3], [0.5, 0.1, 0.4], [0.1, 0.1, 0.8]])
     logits = probs.log()
@@ -36,7 +25,7 @@ def test_a_draft_is_accepted_while_the_target_finds_it_plausible_enough():
 def test_alpha_one_is_greedy_dflash_and_the_engine_is_left_as_it_was():
     from engine import decode
 
-    script = load_script()
+    script = load_script("lenient_ceiling")
     greedy = decode.TokenChooser.verify
     engine = LocalEngine.load(EngineConfig(threads=1))
     prompts = [BenchPrompt("def parse(text):\n", raw=True, name="parse"), BenchPrompt("Write a stack class.", name="stack")]
@@ -44,8 +33,8 @@ def test_alpha_one_is_greedy_dflash_and_the_engine_is_left_as_it_was():
     taus = []
     for p in prompts:
         text = heal_code_prompt(p.prompt) if p.raw else p.prompt  # as the script (and the Complete tab) sends it
-        events = engine.generate(engine.encode(text, raw=p.raw), SamplingConfig(max_new_tokens=40))
-        taus.extend([e for e in events if isinstance(e, Finished)][0].acceptance_lengths)
+        finished, _ = run_dflash(engine, engine.encode(text, raw=p.raw), SamplingConfig(max_new_tokens=40), None)
+        taus.extend(finished.acceptance_lengths)
     assert result["tau"] == round(statistics.mean(taus), 2) > 2
     assert result["chat_requests"] == 1 and result["code_prefixes"] == 1
     lenient = script.measure(engine, prompts, alpha=0.01, max_new_tokens=40)

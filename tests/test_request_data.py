@@ -82,6 +82,25 @@ def test_phrasings_conjugate_the_verb_and_keep_the_request():
     assert request_data.base_verb("Applies") == "apply" and request_data.base_verb("Process") == "process"
 
 
+def test_user_wording_capitalises_names_and_says_check_if_without_touching_other_words():
+    seen = {request_data.user_wording("check whether the nth fibonacci number is in a csv file", random.Random(i))
+            for i in range(40)}
+    assert "check if the nth Fibonacci number is in a CSV file" in seen
+    assert "check whether the nth fibonacci number is in a csv file" in seen
+    for text in seen:
+        assert text.lower().replace("check if", "check whether") == \
+            "check whether the nth fibonacci number is in a csv file"
+
+
+def test_rewording_is_off_by_default_so_the_older_data_mixes_are_rebuilt_unchanged(tasks):
+    task = next(t for t in tasks if "fibonacci" in t.request)
+    plain = request_data.task_requests(task, 8, random.Random(5))
+    assert plain == request_data.task_requests(task, 8, random.Random(5), reword=0.0)
+    assert all("fibonacci" in r for r in plain)
+    reworded = request_data.task_requests(task, 16, random.Random(5), reword=1.0)
+    assert any("Fibonacci" in r for r in reworded) and all("ibonacci" in r for r in reworded)
+
+
 def test_synthetic_examples_use_the_chat_template_and_end_replies(tasks):
     split = request_data.synthetic_examples(random.Random(0), phrasings=2)
     chats, raws = split["train"]

@@ -18,6 +18,7 @@ import ast
 import hashlib
 import importlib.metadata
 import random
+import re
 import textwrap
 from pathlib import Path
 
@@ -66,9 +67,30 @@ def phrase(imperative: str, template: str) -> str:
                            third=third_person(imperative))
 
 
-def task_requests(task, n: int, rng: random.Random) -> list[str]:
+# Words users capitalise (names and acronyms); the task families write them in lower case.
+USER_CAPITALS = {w.lower(): w for w in (
+    "Fibonacci", "Celsius", "Fahrenheit", "Kelvin", "Roman", "Caesar", "Newton", "Collatz", "Armstrong",
+    "FizzBuzz", "Pascal", "Euclid", "Euclidean", "Pythagorean", "Morse", "Luhn", "Gregorian", "Python",
+    "JSON", "CSV", "URL", "HTML", "ASCII", "UTF-8", "ISO", "RGB", "DNA", "ID", "IP", "UUID", "HTTP")}
+USER_WORDING_SHARE = 0.5  # of the requests reworded by ``user_wording`` in `--data wording`
+
+
+def user_wording(imperative: str, rng: random.Random) -> str:
+    """A request as users often type it: names and acronyms capitalised ('fibonacci' ->
+    'Fibonacci', 'csv' -> 'CSV'), and 'check whether' as 'check if' (each half the time), so
+    that the model answers both spellings of the same request alike."""
+    words = [USER_CAPITALS.get(w.lower(), w) if rng.random() < 0.5 else w for w in imperative.split(" ")]
+    out = " ".join(words)
+    if rng.random() < 0.5:
+        out = re.sub(r"\bcheck whether\b", "check if", out)
+    return out
+
+
+def task_requests(task, n: int, rng: random.Random, reword: float = 0.0) -> list[str]:
+    """``n`` phrasings of the task's request; ``reword`` of them in a user's wording (``user_wording``)."""
     templates = CLASS_PHRASINGS if task.code.startswith("class ") else PHRASINGS
-    return [phrase(task.request, t) for t in rng.sample(templates, min(n, len(templates)))]
+    return [phrase(user_wording(task.request, rng) if reword and rng.random() < reword else task.request, t)
+            for t in rng.sample(templates, min(n, len(templates)))]
 
 
 DOC_VERBS = {"return", "get", "set", "create", "convert", "check", "compute", "calculate", "make", "find",
@@ -185,9 +207,9 @@ def docstring_examples(files: list[Path], rng: random.Random,
     return chats, raws
 
 
-def synthetic_examples(rng: random.Random, phrasings: int = SYNTHETIC_PHRASINGS, tasks=None):
+def synthetic_examples(rng: random.Random, phrasings: int = SYNTHETIC_PHRASINGS, tasks=None, reword: float = 0.0):
     """{'train'|'held': (chat texts, raw sources)} from the task families (or ``tasks``); 3 % of
-    the solutions (by hash) are kept out for the held-out loss."""
+    the solutions (by hash) are kept out for the held-out loss; ``reword``: see ``task_requests``."""
     from .task_families import all_tasks
     from .tokenizer import render_chat
 
@@ -195,7 +217,7 @@ def synthetic_examples(rng: random.Random, phrasings: int = SYNTHETIC_PHRASINGS,
     seen_code = set()
     for task in tasks if tasks is not None else all_tasks():
         chats, raws = out["held" if is_held(task.code) else "train"]
-        for request in task_requests(task, phrasings, rng):
+        for request in task_requests(task, phrasings, rng, reword):
             chats.append(render_chat([{"role": "user", "content": request},
                                       {"role": "assistant", "content": task.code}]))
         if task.code not in seen_code:
@@ -316,7 +338,8 @@ DOCSTRING_SHARE = 1.0 - TASK_SHARE - RECORD_SHARE
 UNNAMED_DOCSTRING_SHARE = 0.2
 
 
-def build_request_streams(tokenizer, corpus: Path | None, seed: int, log=print, invented: int = 0) -> dict:
+def build_request_streams(tokenizer, corpus: Path | None, seed: int, log=print, invented: int = 0,
+                          reword: float = 0.0) -> dict:
     """The streams `train target` samples from ({raw,chat}_{train,held}), for request -> code;
     the training chat stream comes with ``chat_train_mask`` / ``chat_train_starts`` so that the
     loss falls on replies only and every chat window starts at a request. ``invented``: that
@@ -326,10 +349,11 @@ def build_request_streams(tokenizer, corpus: Path | None, seed: int, log=print, 
 
     rng = random.Random(seed)
     train_files, held_files = split_files(corpus)
-    synthetic = synthetic_examples(rng)
+    synthetic = synthetic_examples(rng, reword=reword)
     words = identifier_words([read_source(p) for p in train_files], heldout_keywords())
     words += invented_words(invented, heldout_keywords() | set(words), seed)
-    records = synthetic_examples(rng, phrasings=1, tasks=record_tasks(seed, combos_per_thing=3, extra_words=words))
+    records = synthetic_examples(rng, phrasings=1, tasks=record_tasks(seed, combos_per_thing=3, extra_words=words),
+                                 reword=reword)
     package_files = []
     for module, (root, declared) in package_roots(log).items():
         package_files += sorted(p for p in root.rglob("*.py") if "tests" not in p.parts and "test" not in p.parts)
@@ -365,6 +389,14 @@ def build_copy_streams(tokenizer, corpus: Path | None, seed: int, log=print) -> 
     """`--data copy`: the request data with ``COPY_CURRICULUM_WORDS`` invented words in the
     record tasks, so that most record names can only be right by copying the request."""
     return build_request_streams(tokenizer, corpus, seed, log, invented=COPY_CURRICULUM_WORDS)
+
+
+def build_wording_streams(tokenizer, corpus: Path | None, seed: int, log=print) -> dict:
+    """`--data wording`: the `--data copy` data with ``USER_WORDING_SHARE`` of the requests worded
+    as users type them (capitalised names and acronyms, 'check if'): the shipped request target
+    answered "the nth fibonacci number" and not "the nth Fibonacci number"."""
+    return build_request_streams(tokenizer, corpus, seed, log, invented=COPY_CURRICULUM_WORDS,
+                                 reword=USER_WORDING_SHARE)
 
 
 def build_task_streams(tokenizer, corpus: Path | None, seed: int, log=print) -> dict:

@@ -156,7 +156,8 @@ def _register_target(sub) -> None:
                         "standard library and permissively licensed packages, raw code); copy: requests with "
                         "4,000 invented words in the record tasks (names right only by copying the "
                         "request); wording: copy with half the requests worded as users type them "
-                        "(capitalised names and acronyms, 'check if'); tasks: only the simple tasks (a second, sharpening fine-tune)")
+                        "(capitalised names and acronyms, 'check if'); tasks: only the simple tasks (a "
+                        "second, sharpening fine-tune)")
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--intermediate", type=int, default=768)

@@ -81,6 +81,8 @@ def run(args) -> int:
     print("per-position acceptance: " + " ".join(f"{p:.2f}" for p in df["per_position_acceptance"]))
     if summary.get("per_prompt_speedup"):
         print_spread(summary)
+    if len(summary.get("by_kind", {})) > 1:
+        print(kind_line(summary["by_kind"]))
     if summary.get("local"):
         local = summary["local"]
         print(f"local engine, same prompts: plain {local['block1']['tokens_per_s']:.1f} tok/s, DFlash "
@@ -134,6 +136,16 @@ def run_vllm(args, prompts, sampling) -> dict:
         return bench_vllm(engine, prompts, sampling, progress_printer(args), local)
     finally:
         engine.close()
+
+
+KIND_LABELS = {"chat": "chat requests", "prefix": "code prefixes"}
+
+
+def kind_line(by_kind: dict) -> str:
+    """'by kind: chat requests (12) τ 2.42, 1.30x, 12 identical · code prefixes (12) …'"""
+    parts = [f"{KIND_LABELS.get(kind, kind)} ({k['prompts']}) τ {k['mean_acceptance_length']:.2f}, "
+             f"{k['speedup']:.2f}x, {k['identical']} identical" for kind, k in by_kind.items()]
+    return "by kind: " + " · ".join(parts)
 
 
 def print_spread(summary: dict) -> None:

@@ -116,6 +116,13 @@ class BenchResult:
     dflash: PathTotals = field(default_factory=PathTotals)
     taus: list[int] = field(default_factory=list)
     positions: AcceptanceCounts = field(default_factory=AcceptanceCounts)
+    kinds: dict[str, "BenchResult"] = field(default_factory=dict)  # "chat" / "prefix": the same, per kind
+
+    def add_run(self, hf_tokens: int, hf_seconds: float, ar: Finished, df: Finished) -> None:
+        self.hf.add(hf_tokens, hf_seconds)
+        self.block1.add(ar.new_tokens, ar.total_ms / 1000)
+        self.dflash.add(df.new_tokens, df.total_ms / 1000)
+        self.taus.extend(df.acceptance_lengths)
 
 
 def run_dflash(engine: Engine, prompt_ids, sampling, fallback) -> tuple[Finished, list[Cycle]]:
@@ -171,11 +178,11 @@ def bench(engine: Engine, prompts: list[BenchPrompt], sampling: SamplingConfig,
             df, cycles = run_dflash(engine, ids, sampling_i, fallback)
             df_runs.append(Run((df, cycles), df.new_tokens, df.total_ms / 1000))
         (hf_ids, hf_s), ar, (df, cycles) = fastest(hf_runs), fastest(ar_runs), fastest(df_runs)
-        result.hf.add(len(hf_ids), hf_s)
-        result.block1.add(ar.new_tokens, ar.total_ms / 1000)
-        result.dflash.add(df.new_tokens, df.total_ms / 1000)
-        result.taus.extend(df.acceptance_lengths)
         identical = list(df.token_ids) == list(ar.token_ids) == hf_ids
+        kind = result.kinds.setdefault(prompt_kind(item.raw), BenchResult())
+        for totals in (result, kind):
+            totals.add_run(len(hf_ids), hf_s, ar, df)
+        kind.rows.append({"identical": identical})
         hf_tps = len(hf_ids) / hf_s if hf_s else 0.0
         plain_tps = max(hf_tps, ar.tokens_per_s)
         row = {
@@ -217,6 +224,25 @@ def spread(values: list[float]) -> dict:
             "min": round(ordered[0], 3), "max": round(ordered[-1], 3)}
 
 
+def prompt_kind(raw: bool) -> str:
+    return "prefix" if raw else "chat"
+
+
+def path_speedup(result: BenchResult) -> float:
+    """DFlash tokens/s over the faster plain path's, both summed over the prompts."""
+    plain = max(result.hf.as_dict()["tokens_per_s"], result.block1.as_dict()["tokens_per_s"])
+    return round(result.dflash.as_dict()["tokens_per_s"] / plain, 3) if plain else 0.0
+
+
+def kind_summary(result: BenchResult) -> dict:
+    """Chat requests and raw code prefixes behave differently (a reply composed for a request
+    against a continuation of code), so each gets its own τ and speedup beside the aggregate."""
+    return {kind: {"prompts": len(part.rows), "identical": sum(r["identical"] for r in part.rows),
+                   "speedup": path_speedup(part),
+                   "mean_acceptance_length": round(sum(part.taus) / len(part.taus), 4) if part.taus else 0.0}
+            for kind, part in sorted(result.kinds.items())}
+
+
 def summarize(result: BenchResult, sampling: SamplingConfig, block: int, engine: Engine) -> dict:
     hf, b1, df = result.hf.as_dict(), result.block1.as_dict(), result.dflash.as_dict()
     ar = hf if hf["tokens_per_s"] >= b1["tokens_per_s"] else b1
@@ -231,10 +257,11 @@ def summarize(result: BenchResult, sampling: SamplingConfig, block: int, engine:
         "prompts": len(result.rows),
         "identical": sum(r["identical"] for r in result.rows),
         "loops": sum(r["loop"] for r in result.rows),
-        "speedup": round(df["tokens_per_s"] / ar["tokens_per_s"], 3) if ar["tokens_per_s"] else 0.0,
+        "speedup": path_speedup(result),
         "per_prompt_speedup": spread([r["speedup"] for r in result.rows]),
         "per_prompt_tau": spread([r["mean_acceptance_length"] for r in result.rows]),
         "plain_paths_disagree": [r["name"] for r in result.rows if r["plain_paths_disagree"]],
+        "by_kind": kind_summary(result),
         "ar": ar, "hf_generate": hf, "block1": b1, "dflash": dflash, "per_prompt": result.rows,
     }
 

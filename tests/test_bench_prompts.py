@@ -108,3 +108,12 @@ def test_progress_lines_flag_a_difference_only_where_it_is_a_bug():
     assert identity_mark({"identical": True}, 0.0) == ""
     assert identity_mark({"identical": False}, 0.7) == ""
     assert identity_mark({"identical": True}, 0.7) == "  same tokens"
+
+
+def test_the_per_kind_line_names_both_kinds_with_their_figures():
+    from app.cmd_bench import kind_line
+
+    line = kind_line({"chat": {"prompts": 12, "identical": 12, "speedup": 1.3, "mean_acceptance_length": 2.42},
+                      "prefix": {"prompts": 12, "identical": 11, "speedup": 1.6, "mean_acceptance_length": 2.96}})
+    assert line == ("by kind: chat requests (12) τ 2.42, 1.30x, 12 identical · "
+                    "code prefixes (12) τ 2.96, 1.60x, 11 identical")

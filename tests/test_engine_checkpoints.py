@@ -171,6 +171,13 @@ def test_cli_bench_json(pair, tmp_path, capsys):
     assert result["per_prompt_speedup"]["median"] == speedups[1]
     assert (result["per_prompt_speedup"]["min"], result["per_prompt_speedup"]["max"]) == (speedups[0], speedups[-1])
     assert result["plain_paths_disagree"] == [r["name"] for r in result["per_prompt"] if r["plain_paths_disagree"]]
+    # chat requests and code prefixes each get their own figures; they add up to the aggregate
+    kinds = result["by_kind"]
+    assert {k: v["prompts"] for k, v in kinds.items()} == {"chat": 1, "prefix": 2}
+    assert sum(v["identical"] for v in kinds.values()) == result["identical"]
+    assert all(v["mean_acceptance_length"] >= 1.0 and v["speedup"] > 0 for v in kinds.values())
+    assert min(v["mean_acceptance_length"] for v in kinds.values()) <= result["dflash"]["mean_acceptance_length"] \
+        <= max(v["mean_acceptance_length"] for v in kinds.values())
 
 
 def test_bench_repeat_runs_every_path_n_times_and_keeps_the_fastest(pair, monkeypatch):

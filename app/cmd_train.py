@@ -1,4 +1,4 @@
-"""`dflash-studio train {tokenizer,target,draft}`: build the embedded tiny coder, or a DFlash
+"""`dflash-studio train {tokenizer,target,draft,proposals,eval}`: build the embedded tiny coder, or a DFlash
 draft for any transformers causal-LM target. Every command is seeded, resumable from the last
 checkpoint in its work directory, shows a progress bar and writes a JSON-lines log."""
 
@@ -102,6 +102,16 @@ def run_eval(args) -> int:
     return 0
 
 
+def run_proposals(args) -> int:
+    from engine.training.proposal_vocab import build_proposal_ids
+
+    build_proposal_ids(args.target, args.draft, args.size, pools=args.pool, work=args.work,
+                       prompts_file=args.prompts, corpus=args.corpus, num_sequences=args.num_sequences,
+                       chat_fraction=args.chat_fraction, new_tokens=args.new_tokens, seed=args.seed,
+                       threads=args.threads, progress=not args.no_progress)
+    return 0
+
+
 def format_eval_summary(s: dict) -> str:
     return "\n".join([
         f"target {s['target']} on {s['prompts']} ({s['seconds']} s, greedy, up to {s['max_new_tokens']} new tokens)",
@@ -119,6 +129,7 @@ def register(subparsers) -> None:
     _register_tokenizer(sub)
     _register_target(sub)
     _register_draft(sub)
+    _register_proposals(sub)
     _register_eval(sub)
     train.set_defaults(func=lambda args: (train.print_help() or 1))
 
@@ -222,6 +233,31 @@ def _register_draft(sub) -> None:
                         "of 8+ tokens (for targets whose greedy text loops; the held-out estimate of "
                         "tau then stops counting easy repetition)")
     p.set_defaults(func=run_draft)
+
+
+def _register_proposals(sub) -> None:
+    p = sub.add_parser("proposals", help="let a draft propose from the ids its target writes most (a cheap head "
+                                         "that can still propose the target's words)")
+    p.add_argument("--target", required=True, help="the target the draft serves")
+    p.add_argument("--draft", type=Path, required=True,
+                   help="draft directory: its config.json gets dflash_config.proposal_ids (weights untouched)")
+    p.add_argument("--size", type=int, default=2048, help="how many ids it may propose (default 2048)")
+    p.add_argument("--pool", type=Path, nargs="+", default=None,
+                   help="count the target's replies already in these sequence pools (a `train draft` work "
+                        "directory's train_sequences.pt) instead of generating new ones")
+    p.add_argument("--work", type=Path, default=None,
+                   help="where to generate the replies to count (resumable); needed without --pool")
+    p.add_argument("--prompts", type=Path, default=None,
+                   help="prompt mix, as for `train draft --prompts` (a JSONL file, requests, requests-wide, "
+                        "code-wide); default: code prefixes and chat requests from the corpus")
+    p.add_argument("--corpus", type=Path, default=None, help="directory of *.py files (default: the standard library)")
+    p.add_argument("--num-sequences", type=int, default=1200, help="replies to generate (default 1200)")
+    p.add_argument("--chat-fraction", type=float, default=0.5)
+    p.add_argument("--new-tokens", type=int, default=96)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_proposals)
 
 
 def _register_eval(sub) -> None:

@@ -51,6 +51,24 @@ def proposal_vocab_size(config) -> int | None:
     return value
 
 
+def proposal_ids(config) -> list[int] | None:
+    """``dflash_config.proposal_ids``: the only ids drafts are proposed from, chosen by how often
+    the target writes them (None: see ``proposal_vocab_size``). A target fine-tuned on new text
+    writes words that a BPE numbered late, and a draft that cannot propose a token loses the
+    block there; this keeps the head as cheap as a prefix of the same size."""
+    value = draft_setting(config, "proposal_ids")
+    if value is None:
+        return None
+    if draft_setting(config, "proposal_vocab_size") is not None:
+        raise CheckpointError("draft config: set proposal_ids or proposal_vocab_size, not both")
+    if (not isinstance(value, list) or not value
+            or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < config.vocab_size for i in value)
+            or len(set(value)) != len(value)):
+        raise CheckpointError(f"draft config: proposal_ids must be a non-empty list of distinct token ids below "
+                              f"the vocabulary size {config.vocab_size}")
+    return sorted(value)
+
+
 def new_draft_config(
     target_config,
     num_layers: int,
@@ -215,6 +233,10 @@ class DFlashDraftModel(nn.Module):
         self.output_multiplier = float(draft_setting(config, "output_multiplier", 1.0) or 1.0)
         self.logit_softcap = draft_setting(config, "final_logit_softcapping")
         self.proposal_vocab_size = proposal_vocab_size(config)
+        ids = proposal_ids(config)
+        # not persistent: the checkpoint's weights stay exactly the z-lab set
+        self.register_buffer("proposal_ids", torch.tensor(ids, dtype=torch.long) if ids else None, persistent=False)
+        self._proposal_rows: tuple | None = None  # (which head, its rows at proposal_ids)
         self.layers = nn.ModuleList(DraftLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.fc = nn.Linear(len(self.target_layer_ids) * config.hidden_size, config.hidden_size, bias=False)
@@ -258,7 +280,14 @@ class DFlashDraftModel(nn.Module):
         target's embedding instead of all of them. On a CPU the full table falls out of the
         cache (8,192 x 256 floats: 8 MB, about 2 ms for a block against 0.2-0.6 ms for the first
         2,048-4,096 rows), and a byte-level BPE numbers its tokens by merge order, so the
-        first ids are the frequent ones. Lossless either way: the target still emits any token."""
+        first ids are the frequent ones. With ``proposal_ids`` only those ids can be proposed.
+        Lossless either way: the target still emits any token."""
+        if self.proposal_ids is not None:
+            weight, bias = self._head_rows(lm_head)
+            head = self._scale(F.linear(hidden, weight, bias))
+            logits = head.new_full((*head.shape[:-1], lm_head.weight.shape[0]), float("-inf"))
+            logits[..., self.proposal_ids] = head
+            return logits
         k = self.proposal_vocab_size
         vocab = lm_head.weight.shape[0]
         if k is None or k >= vocab:
@@ -268,6 +297,18 @@ class DFlashDraftModel(nn.Module):
         logits = head.new_full((*head.shape[:-1], vocab), float("-inf"))
         logits[..., :k] = head
         return logits
+
+    def _head_rows(self, lm_head: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The head's rows at ``proposal_ids``, gathered once per head (a gather per block would
+        copy as much memory as the prefix slice avoids); gathered again if the head changes."""
+        weight, bias = lm_head.weight, getattr(lm_head, "bias", None)
+        key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
+        if self._proposal_rows is None or self._proposal_rows[0] != key:
+            ids = self.proposal_ids.to(weight.device)
+            rows = (weight.detach().index_select(0, ids),
+                    bias.detach().index_select(0, ids) if bias is not None else None)
+            self._proposal_rows = (key, rows)
+        return self._proposal_rows[1]
 
     def _scale(self, logits: torch.Tensor) -> torch.Tensor:
         logits = logits * self.output_multiplier

@@ -93,6 +93,46 @@ def test_proposal_vocab_size_is_read_from_the_config_and_checked(target):
     assert DFlashDraftModel(config).proposal_vocab_size is None  # z-lab's drafts: the whole vocabulary
 
 
+def test_a_draft_proposing_from_chosen_ids_keeps_greedy_output_identical_and_loads_from_its_config(target, tmp_path):
+    from engine.draft import load_draft, save_draft
+
+    chosen = [3, 7, 11, 60, 61, 90]
+    draft = tiny_draft(target, block_size=8)
+    draft.config.dflash_config = dict(draft.config.dflash_config, proposal_ids=chosen)
+    loaded = load_draft(save_draft(draft, tmp_path / "draft"))
+    assert loaded.proposal_ids.tolist() == chosen
+    assert "proposal_ids" not in loaded.state_dict()  # the weights stay exactly the z-lab set
+    events, finished = run(target, loaded, max_new_tokens=40)
+    assert list(finished.token_ids) == hf_greedy(target, PROMPT, 40)
+    drafted = {t for e in events if isinstance(e, Cycle) for t in e.draft_tokens}
+    assert drafted and drafted <= set(chosen)
+    hidden = torch.randn(3, target.config.hidden_size)
+    head = target.get_output_embeddings()
+    logits, full = loaded.proposal_logits(hidden, head), loaded.compute_logits(hidden, head)
+    torch.testing.assert_close(logits[:, chosen], full[:, chosen])
+    others = [i for i in range(full.shape[-1]) if i not in chosen]
+    assert torch.isinf(logits[:, others]).all()
+    with torch.no_grad():  # a changed head (another target loaded into the same draft) is gathered again
+        head.weight[chosen[0]] += 1.0
+    torch.testing.assert_close(loaded.proposal_logits(hidden, head)[:, chosen], loaded.compute_logits(hidden, head)[:, chosen])
+    with torch.no_grad():
+        head.weight[chosen[0]] -= 1.0
+
+
+def test_proposal_ids_are_checked(target):
+    from engine.draft import DFlashDraftModel
+    from engine.errors import CheckpointError
+
+    config = tiny_draft(target).config
+    for bad in ([], [1, 1], [-1], [10_000], [2.0], "1,2", [True]):
+        config.dflash_config = dict(config.dflash_config, proposal_ids=bad)
+        with pytest.raises(CheckpointError, match="proposal_ids"):
+            DFlashDraftModel(config)
+    config.dflash_config = dict(config.dflash_config, proposal_ids=[4, 2], proposal_vocab_size=50)
+    with pytest.raises(CheckpointError, match="not both"):
+        DFlashDraftModel(config)
+
+
 def test_sliding_window_draft_equals_plain(target):
     draft = tiny_draft(target, layers=2, sliding_window=4)
     assert draft.layers[0].self_attn.is_causal and draft.layers[0].self_attn.sliding_window == 4

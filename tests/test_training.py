@@ -279,6 +279,8 @@ def test_held_out_correctness_counts_only_what_decoding_can_propose():
     logits = torch.tensor([[0.1, 0.5, 0.2, 0.0, 0.9]])  # the best id (4) lies above a 3-id proposal vocabulary
     assert proposals(SimpleNamespace(proposal_vocab_size=None), logits).tolist() == [4]
     assert proposals(SimpleNamespace(proposal_vocab_size=3), logits).tolist() == [1]
+    chosen = SimpleNamespace(proposal_vocab_size=None, proposal_ids=torch.tensor([0, 2, 3]))
+    assert proposals(chosen, logits).tolist() == [2]  # the best of the ids it may propose, as an id
 
 
 def test_decode_chain_on_a_greedy_reply_equals_what_decoding_measures():
@@ -517,3 +519,57 @@ def test_rebuild_script_is_valid_bash_and_every_command_parses():
             command = command.replace(f"${name}", value)
         argv = shlex.split(command.split("#")[0])[1:]
         parser.parse_args(argv)  # SystemExit(2) on an unknown or malformed flag
+
+
+# ---------------------------------------------------------------- proposal ids
+
+
+def test_most_written_ids_rank_by_count_break_ties_by_id_and_top_up_with_the_first_ids():
+    from collections import Counter
+
+    from engine.training.proposal_vocab import coverage, most_written
+
+    counts = Counter({40: 9, 7: 3, 12: 3, 90: 1})
+    assert most_written(counts, 3, 100) == [7, 12, 40]  # 90 is rarer; 7 and 12 tie, both kept
+    assert most_written(counts, 2, 100) == [7, 40]  # the tie goes to the earlier merge
+    assert most_written(counts, 6, 100) == [0, 1, 7, 12, 40, 90]  # fewer written ids than asked
+    assert coverage(counts, [7, 40]) == 12 / 16
+    with pytest.raises(Exception, match="--size"):
+        most_written(counts, 101, 100)
+
+
+def test_train_proposals_counts_the_target_replies_and_the_draft_then_proposes_only_those_ids(
+        tmp_path, corpus, tokenizer_dir, capsys):
+    from transformers import AutoModelForCausalLM
+
+    from engine.draft import DFlashDraftModel, load_draft, new_draft_config, save_draft
+    from engine.training.proposal_vocab import reply_token_counts
+
+    target = tiny_target(tmp_path, tokenizer_dir)
+    model = AutoModelForCausalLM.from_pretrained(str(target))
+    draft_dir = save_draft(DFlashDraftModel(new_draft_config(model.config, 1, 4, mask_token_id=1)), tmp_path / "draft")
+    config = json.loads((draft_dir / "config.json").read_text())
+    config["dflash_config"]["proposal_vocab_size"] = 8  # replaced, not combined
+    (draft_dir / "config.json").write_text(json.dumps(config))
+    work = tmp_path / "work"
+    args = ["train", "proposals", "--target", str(target), "--draft", str(draft_dir), "--size", "24",
+            "--corpus", str(corpus), "--num-sequences", "6", "--new-tokens", "12", "--threads", "2", "--no-progress"]
+    assert cli(args + ["--work", str(work)]) == 0
+    assert "the 24 most written ids cover" in capsys.readouterr().out
+    written = json.loads((draft_dir / "config.json").read_text())["dflash_config"]
+    assert "proposal_vocab_size" not in written and len(written["proposal_ids"]) == 24
+    pool = SequencePool.load(work / "proposal_sequences.pt")
+    assert len(pool) == 6
+    counts = reply_token_counts([pool])
+    top = sorted(counts, key=lambda i: (-counts[i], i))[:5]
+    assert set(top) <= set(written["proposal_ids"])
+    assert load_draft(draft_dir).proposal_ids.tolist() == written["proposal_ids"]
+    # counting an existing pool gives the same ids without generating anything
+    (draft_dir / "config.json").write_text(json.dumps(config))
+    assert cli(["train", "proposals", "--target", str(target), "--draft", str(draft_dir), "--size", "24",
+                "--pool", str(work / "proposal_sequences.pt")]) == 0
+    assert json.loads((draft_dir / "config.json").read_text())["dflash_config"]["proposal_ids"] == written["proposal_ids"]
+    assert cli(["train", "proposals", "--target", str(target), "--draft", str(draft_dir)]) == 2
+    assert "--pool" in capsys.readouterr().err
+    assert cli(["train", "proposals", "--target", str(target), "--draft", str(draft_dir), "--size", "100000",
+                "--pool", str(work / "proposal_sequences.pt")]) == 2

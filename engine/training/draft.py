@@ -497,8 +497,13 @@ def draft_batch_loss(draft, target, batch: list[tuple[torch.Tensor, int]], cfg: 
 
 
 def proposals(draft, logits: torch.Tensor) -> torch.Tensor:
-    """What decoding would propose from these logits: the argmax, over the ids below the
-    draft's ``proposal_vocab_size`` when it has one (as ``DFlashDraftModel.proposal_logits``)."""
+    """What decoding would propose from these logits: the argmax over the draft's
+    ``proposal_ids`` or the ids below its ``proposal_vocab_size`` when it has either (as
+    ``DFlashDraftModel.proposal_logits``)."""
+    ids = getattr(draft, "proposal_ids", None)
+    if ids is not None:
+        ids = ids.to(logits.device)
+        return ids[logits.index_select(-1, ids).argmax(-1)]
     k = draft.proposal_vocab_size
     return logits[..., :k].argmax(-1) if k is not None else logits.argmax(-1)
 
@@ -678,26 +683,32 @@ def _draft_layout(cfg: DraftTrainConfig, init, tcfg, tokenizer, target) -> tuple
     return cfg, layer_ids, mask_id
 
 
+def extra_prompt_rows(prompts_file: Path | str | None, seed: int, log=print) -> list[dict]:
+    """The prompt rows ``--prompts`` names: a JSONL file of {prompt|messages} records or one of
+    the built-in mixes."""
+    if str(prompts_file) == "requests":  # the request -> code target's own kind of prompts
+        from .request_data import draft_prompt_rows
+
+        return draft_prompt_rows(seed)
+    if str(prompts_file) == "requests-wide":  # and prompts it never saw (draft_prompts)
+        from .draft_prompts import wide_draft_prompt_rows
+
+        return wide_draft_prompt_rows(seed, log=log)
+    if str(prompts_file) == "code-wide":  # fewer requests, code prefixes of more shapes
+        from .draft_prompts import CODE_WIDE, wide_draft_prompt_rows
+
+        return wide_draft_prompt_rows(seed, n_wide=5200, n_requests=1200, log=log, mix=CODE_WIDE)
+    if prompts_file:
+        return [json.loads(line) for line in Path(prompts_file).read_text().splitlines() if line.strip()]
+    return []
+
+
 def _regenerate(work: Path, train_pool: SequencePool, eval_pool: SequencePool, target, tokenizer, corpus,
                 prompts_file: Path | None, cfg: DraftTrainConfig, seed: int, device, deadline: float | None,
                 log, jlog: JsonlLog, progress: bool = True) -> None:
     """Fill the held-out pool, then the train pool until ``deadline``, with the target's own text."""
     stops = stop_ids(target, tokenizer)
-    extra = []
-    if str(prompts_file) == "requests":  # the request -> code target's own kind of prompts
-        from .request_data import draft_prompt_rows
-
-        extra = draft_prompt_rows(seed)
-    elif str(prompts_file) == "requests-wide":  # and prompts it never saw (draft_prompts)
-        from .draft_prompts import wide_draft_prompt_rows
-
-        extra = wide_draft_prompt_rows(seed, log=log)
-    elif str(prompts_file) == "code-wide":  # fewer requests, code prefixes of more shapes
-        from .draft_prompts import CODE_WIDE, wide_draft_prompt_rows
-
-        extra = wide_draft_prompt_rows(seed, n_wide=5200, n_requests=1200, log=log, mix=CODE_WIDE)
-    elif prompts_file:
-        extra = [json.loads(line) for line in Path(prompts_file).read_text().splitlines() if line.strip()]
+    extra = extra_prompt_rows(prompts_file, seed, log)
     eval_prompts = build_prompts(tokenizer, corpus, cfg.eval_sequences, cfg, seed, heldout=True)
     fill_pool(eval_pool, work / "eval_sequences.pt", target, tokenizer, eval_prompts, cfg, stops,
               device, None, log, jlog, "regenerate held-out", progress)

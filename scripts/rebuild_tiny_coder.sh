@@ -84,7 +84,11 @@ dflash-studio train draft --init runs/requests/draft3/model --target runs/reques
 mkdir -p assets/models/tiny-coder-requests/target assets/models/tiny-coder-requests/draft
 cp runs/requests/target/model/* assets/models/tiny-coder-requests/target/
 cp runs/requests/draft4/model/* assets/models/tiny-coder-requests/draft/
-cap_proposals assets/models/tiny-coder-requests/draft/config.json
+# it proposes from the 2,048 ids this target writes most in 1,200 greedy replies (twentieth session):
+# the first 2,048 ids miss the English words the fine-tune added (~7 min)
+dflash-studio train proposals --target assets/models/tiny-coder-requests/target \
+    --draft assets/models/tiny-coder-requests/draft --prompts requests-wide --num-sequences 1200 --seed 77 \
+    --threads 2 --work runs/requests/proposals
 dflash-studio train eval --target assets/models/tiny-coder-requests/target \
     --prompts assets/prompts/fresh_requests.jsonl --max-new-tokens 96   # parse / on-topic rates
 dflash-studio bench --target assets/models/tiny-coder-requests/target --draft assets/models/tiny-coder-requests/draft \

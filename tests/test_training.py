@@ -512,7 +512,7 @@ def test_rebuild_script_is_valid_bash_and_every_command_parses():
         ["train", "tokenizer"], ["train", "target"], ["train", "draft"], ["train", "draft"],
         ["train", "target"], ["train", "draft"], ["train", "draft"], ["train", "draft"], ["train", "draft"],
         ["train", "target"], ["train", "draft"], ["train", "draft"], ["train", "draft"], ["train", "draft"],
-        ["train", "eval"]]
+        ["train", "proposals"], ["train", "eval"]]
     parser = build_parser()
     for command in commands:
         for name, value in variables.items():

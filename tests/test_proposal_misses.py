@@ -24,10 +24,20 @@ def test_a_rejection_counts_as_unproposable_when_the_targets_token_lies_outside_
     assert count(cycles, None)["rejections_outside"] == 0
 
 
-def test_the_embedded_draft_proposes_from_its_first_ids_and_misses_little():
+def test_the_request_drafts_chosen_ids_lose_fewer_blocks_than_the_first_ids_on_the_same_replies():
+    """The shipped request draft proposes from the ids its target writes most (`train
+    proposals`); on chat requests the first 2,048 ids would miss the target's English pieces."""
     script = load_script("proposal_misses")
-    engine = LocalEngine.load(EngineConfig(threads=1))
-    assert script.proposable_ids(engine.models.draft) == set(range(engine.models.draft.proposal_vocab_size))
-    result = script.measure(engine, [BenchPrompt("def parse(text):\n", raw=True, name="parse")], max_new_tokens=40)
-    assert result["tokens"] == 39 and result["tokens_outside"] <= result["tokens"]  # 40 less the prefill's token
-    assert 0 <= result["rejections_outside"] <= result["rejections"]
+    pair = "assets/models/tiny-coder-requests"
+    engine = LocalEngine.load(EngineConfig(target=f"{pair}/target", draft=f"{pair}/draft", threads=1))
+    draft = engine.models.draft
+    assert draft.proposal_ids is not None and script.proposable_ids(draft) == set(draft.proposal_ids.tolist())
+    prompts = [BenchPrompt("Write a function that checks whether a word is a palindrome.", name="palindrome"),
+               BenchPrompt("Write a function that counts the vowels in a sentence.", name="vowels")]
+    chosen = script.measure(engine, prompts, max_new_tokens=48)
+    draft.proposal_ids, draft.proposal_vocab_size = None, 2048  # the head it shipped with before
+    assert script.proposable_ids(draft) == set(range(2048))
+    first = script.measure(engine, prompts, max_new_tokens=48)
+    assert chosen["tokens"] == first["tokens"] > 0  # greedy: the same replies either way
+    assert first["rejections_outside"] >= 3 and chosen["rejections_outside"] < first["rejections_outside"]
+    assert chosen["tokens_outside"] < first["tokens_outside"]

@@ -113,6 +113,27 @@ def test_invalid_settings_are_refused_with_a_message_and_nothing_is_stored(ctx):
     assert ctx.store.list_sessions() == []
 
 
+def test_the_send_stores_the_message_its_check_accepted_not_what_the_box_holds_by_then(ctx):
+    """The page checks a message, then sends it as a second event: text typed in between must
+    neither replace the checked message nor be cleared away (nothing a user typed is lost)."""
+    accepted = h.accept_send(ctx, None, "write add()", *CONTROLS)
+    out = h.submit_prompt(ctx, None, "a newer draft", *CONTROLS, accepted)
+    assert messages(ctx, out["session"]) == [("user", "complete", "write add()")]
+    assert "chat_input" not in out  # the box keeps the newer draft
+    # a box emptied in between (which the check would refuse) sends the checked message
+    accepted = h.accept_send(ctx, out["session"], "and sub()", *CONTROLS)
+    out = h.submit_prompt(ctx, out["session"], "   ", 4, 0.7, 0.9, 64, False, True, accepted)
+    stored = ctx.store.get_messages(out["session"])[-1]
+    assert (stored["content"], stored["settings"]["block_size"], stored["settings"]["temperature"]) == ("and sub()", 8, 0.0)
+    accepted = h.accept_send(ctx, out["session"], "same text", *CONTROLS)
+    assert h.submit_prompt(ctx, out["session"], "same text", *CONTROLS, accepted)["chat_input"] == ""
+    with pytest.raises(gr.Error, match="The prompt is empty"):
+        h.accept_send(ctx, None, "  ", *CONTROLS)
+    code = h.accept_completion(ctx, None, "def f(x):\n", *CONTROLS)
+    session_id = h.submit_completion(ctx, None, "", *CONTROLS, code)["session"]
+    assert ctx.store.get_messages(session_id)[-1]["content"] == "def f(x):\n"
+
+
 def test_an_over_long_prompt_is_refused_before_it_is_stored():
     ctx = fake_studio(FakeEngine(context_window=16), ui=False)
     ctx.engines.start().result(timeout=10)

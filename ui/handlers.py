@@ -474,12 +474,30 @@ def _messages(ctx: UIContext, session_id: int) -> list[dict]:
         raise gr.Error("This session was deleted (in another tab?); pick or start another one.") from None
 
 
-def submit_prompt(ctx: UIContext, session_id: int | None, text: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
-    """Store the user's message (committed before generation starts) and show it (``SENT``)."""
+def accept_send(ctx: UIContext, session_id: int | None, text: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
+    """``check_send`` as the page runs it: what it accepted, kept in a State for the send. The box
+    may hold other text by the time the send runs (typed meanwhile); the accepted text is sent."""
+    check_send(ctx, session_id, text, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
+    return {"text": text, "controls": [block_size, temperature, top_p, max_new_tokens, fallback, show_rejected]}
+
+
+def submit_prompt(ctx: UIContext, session_id: int | None, text: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected,
+                  accepted: dict | None = None) -> dict:
+    """Store the user's message (committed before generation starts) and show it (``SENT``).
+
+    From the page, ``accepted`` is what ``accept_send`` passed and ``text`` what the box holds now:
+    the accepted message is sent, and the box is emptied only if it still holds it, so text typed
+    since stays. Through the API there is no ``accepted`` and ``text`` is the message."""
+    in_box = text
+    if accepted is not None:
+        text, (block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) = accepted["text"], accepted["controls"]
     settings = check_send(ctx, session_id, text, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
     session_id = _store_prompt(ctx, session_id, text, "chat", settings)
     view = _stored_prompt_view(ctx, session_id)
-    return {**view, "chat": view["chat"] + [PENDING], "chat_input": ""}
+    view["chat"] = view["chat"] + [PENDING]
+    if in_box == text:
+        view["chat_input"] = ""
+    return view
 
 
 def _stored_prompt_view(ctx: UIContext, session_id: int) -> dict:
@@ -497,8 +515,18 @@ def check_completion(ctx: UIContext, session_id: int | None, code: str, block_si
     return settings
 
 
-def submit_completion(ctx: UIContext, session_id: int | None, code: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
-    """Complete mode: store the code as a 'complete' prompt; the model continues it as raw text."""
+def accept_completion(ctx: UIContext, session_id: int | None, code: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
+    """``check_completion`` as the page runs it: the code and settings it accepted (see ``accept_send``)."""
+    check_completion(ctx, session_id, code, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
+    return {"text": code, "controls": [block_size, temperature, top_p, max_new_tokens, fallback, show_rejected]}
+
+
+def submit_completion(ctx: UIContext, session_id: int | None, code: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected,
+                      accepted: dict | None = None) -> dict:
+    """Complete mode: store the code as a 'complete' prompt; the model continues it as raw text.
+    ``accepted``: what the page's check passed, sent whatever the editor holds by now (``submit_prompt``)."""
+    if accepted is not None:
+        code, (block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) = accepted["text"], accepted["controls"]
     settings = check_completion(ctx, session_id, code, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
     session_id = _store_prompt(ctx, session_id, code, "complete", settings)
     return _stored_prompt_view(ctx, session_id)

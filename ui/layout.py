@@ -63,6 +63,8 @@ def layout(ctx: UIContext, demo: gr.Blocks) -> SimpleNamespace:
     c.session = gr.State(None)
     c.msg_ids = gr.State([])
     c.pending_edit = gr.State(None)  # an edit of a chat message that passed its checks
+    c.pending_send = gr.State(None)  # the chat message (and settings) that passed them
+    c.pending_code = gr.State(None)  # the Complete-mode code (and settings) that passed them
     c.remembered = gr.BrowserState(None, storage_key=BROWSER_KEY)
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=220):
@@ -184,9 +186,10 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
 
     # -- chat
     sent = outputs(*h.SENT)
-    sent_event = checked([c.chat_input.submit, c.send.click], partial(h.check_send, ctx),
-                         [c.session, c.chat_input, *c.controls]).success(
-        sent.wrap(partial(h.submit_prompt, ctx)), [c.session, c.chat_input, *c.controls], sent.components, api_name="send")
+    sent_event = checked([c.chat_input.submit, c.send.click], partial(h.accept_send, ctx),
+                         [c.session, c.chat_input, *c.controls], accepted=c.pending_send).success(
+        sent.wrap(partial(h.submit_prompt, ctx)), [c.session, c.chat_input, *c.controls, c.pending_send],
+        sent.components, api_name="send")
     then_respond(sent_event, api_name="respond")
     gr.on([c.stop.click, c.complete_stop.click], partial(h.stop, ctx), [c.session], None, queue=False,
           api_name="stop")
@@ -205,9 +208,8 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
         h.check_edit(ctx, session_id, message_ids, evt)
         return {"index": evt.index, "value": evt.value}
 
-    # A chained event gets no gr.EditData: the check hands the accepted edit on in a State (a State
-    # shows no Error badge, so a refusal still leaves the page as it was).
-    edited = c.chat.edit(check_edit, [c.session, c.msg_ids], c.pending_edit, api_visibility="undocumented").success(
+    # A chained event gets no gr.EditData: the check hands the accepted edit on in a State.
+    edited = checked([c.chat.edit], check_edit, [c.session, c.msg_ids], accepted=c.pending_edit).success(
         view.wrap(edit_message), [c.session, c.msg_ids, c.pending_edit], view.components,
         api_visibility="undocumented")
     then_respond(edited)
@@ -216,9 +218,10 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
 
     # -- complete mode
     completed = outputs(*h.COMPLETED)
-    completed_event = checked([c.complete.click], partial(h.check_completion, ctx), [c.session, c.code, *c.controls]).success(
-        completed.wrap(partial(h.submit_completion, ctx)), [c.session, c.code, *c.controls], completed.components,
-        api_name="complete")
+    completed_event = checked([c.complete.click], partial(h.accept_completion, ctx), [c.session, c.code, *c.controls],
+                              accepted=c.pending_code).success(
+        completed.wrap(partial(h.submit_completion, ctx)), [c.session, c.code, *c.controls, c.pending_code],
+        completed.components, api_name="complete")
     then_respond(completed_event)
     _wire_sessions(ctx, c, outputs, view)
 
@@ -230,10 +233,15 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     c.model.input(picked.wrap(partial(h.pick_model, ctx)), [c.model], picked.components, api_name="pick_model")
 
 
-def checked(triggers: list, check, inputs):
+def checked(triggers: list, check, inputs, accepted: gr.State | None = None):
     """Run ``check`` first, as an event without outputs; chain the real handler with ``.success``.
     A refusal is then one toast and the page stays exactly as it was: Gradio marks every output of
-    an event that raises with a red Error badge (the chat, the session list, the input box...)."""
+    an event that raises with a red Error badge (the chat, the session list, the input box...).
+
+    With ``accepted``, the check's result goes to that State (a State shows no badge), so that the
+    chained handler acts on exactly what was checked: the inputs may have changed in between."""
+    if accepted is not None:
+        return gr.on(triggers, check, inputs, accepted, api_visibility="undocumented")
     @functools.wraps(check)  # keeps the signature: Gradio finds gr.EditData and friends by annotation
     def run_check(*values):
         check(*values)

@@ -56,3 +56,53 @@ def test_an_empty_or_over_long_message_leaves_the_page_as_it_was(page, fake_app)
     assert page.locator("#session-list label").count() >= 1  # the list never disappeared
     send(page, "and now a valid one")
     wait_replies(page, 2)
+
+
+
+def send_while_the_check_is_held(page, text: str, typed_meanwhile: str) -> None:
+    """Send ``text``, hold the check's request until the box holds ``typed_meanwhile``, then let
+    it go: a certain race between the check and the send it chains (two events)."""
+    held = []
+
+    def hold_the_first_event(route):
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route("**/gradio_api/queue/join*", hold_the_first_event)
+    try:
+        send(page, text)
+        for _ in range(200):
+            if held:
+                break
+            page.wait_for_timeout(50)
+        assert held, "the check's request never left the page"
+        page.fill("#chat-input textarea", typed_meanwhile)
+        held[0].continue_()
+        page.wait_for_function(f"document.querySelector('#chat').innerText.includes({text!r})")
+    finally:
+        page.unroute("**/gradio_api/queue/join*")
+
+
+def test_text_typed_while_a_message_is_checked_is_neither_sent_instead_nor_lost(page, fake_app):
+    """Enter runs the checks, then the send as a second event. The box may change in between (a
+    script, a fast typist, a slow server): the checked message is what is sent, what was typed
+    since stays in the box, and nothing shows an Error badge."""
+    studio = fake_app[0]
+    send_while_the_check_is_held(page, "first question", "a second thought, still being typed")
+    wait_replies(page, 1)
+    page.wait_for_timeout(500)  # anything the send would still change has arrived
+    session_id = studio.store.list_sessions()[0]["id"]
+    assert [m["content"] for m in studio.store.get_messages(session_id)][:1] == ["first question"]
+    assert page.locator("#chat-input textarea").input_value() == "a second thought, still being typed"
+
+    # the box emptied in between (the check would refuse that): the checked message is still sent
+    send_while_the_check_is_held(page, "second question", "")
+    wait_replies(page, 2)
+    page.wait_for_timeout(500)
+    users = [m["content"] for m in studio.store.get_messages(session_id) if m["role"] == "user"]
+    assert users == ["first question", "second question"]
+    for selector in WATCHED:
+        assert "Error" not in page.locator(selector).inner_text(), selector
+    assert not [t for t in toast_texts(page) if "empty" in t]

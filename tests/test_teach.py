@@ -9,6 +9,7 @@ import io
 import json
 import sqlite3
 
+import gradio as gr
 import pytest
 
 from tests.fake_engine import FakeEngine, FakeReply, fake_studio
@@ -226,6 +227,23 @@ def test_stop_ends_a_running_comparison(ctx, engine):
     teach.stop_compare(ctx, reply["id"])
     worker.join(5)
     assert not worker.is_alive() and "stopped" in updates[-1]["compare_result"]
+
+
+def test_a_stop_pressed_earlier_in_the_session_does_not_cancel_a_new_comparison(ctx, engine):
+    _, reply = chat(ctx, engine, "fib", FakeReply(accept=(2, 4), fallback_at={}))
+    h.stop(ctx, reply["session_id"])  # e.g. Esc pressed after the reply ended
+    teach.stop_compare(ctx, reply["id"])
+    html = list(teach.compare(ctx, reply["id"]))[-1]["compare_result"]
+    assert 'data-identical="true"' in html
+
+
+def test_what_refuses_a_comparison_is_checked_before_it_runs(ctx, engine):
+    with pytest.raises(gr.Error, match="Pick a reply"):
+        teach.check_compare(ctx, None)
+    session_id, reply = chat(ctx, engine, "fib", FakeReply(accept=(2, 4), fallback_at={}))
+    with pytest.raises(gr.Error, match="Only a reply"):
+        teach.check_compare(ctx, ctx.store.get_messages(session_id)[0]["id"])
+    assert teach.check_compare(ctx, reply["id"])[0]["id"] == reply["id"]
 
 
 def test_a_stopped_reply_is_compared_on_the_tokens_it_has(ctx, engine):

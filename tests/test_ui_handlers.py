@@ -266,7 +266,7 @@ def test_complete_mode_continues_the_code_as_raw_text_into_the_editor(ctx, engin
     engine.enqueue(FakeReply("\n    return n > 1\n", accept=(3,)))
     out = h.submit_completion(ctx, None, "def is_prime(n):\n", *CONTROLS)
     session_id = out["session"]
-    last = run(ctx, session_id)[-1]
+    last = list(h.respond(ctx, session_id, *CONTROLS, to_editor=True))[-1]  # as the Complete button runs it
     assert last["code"] == "def is_prime(n):\n    return n > 1\n"  # the code editor
     # the line break after "):" is left to the model (token healing, engine.prompts.heal_code_prompt)
     assert engine.calls[-1]["prompt_ids"] == engine.encode("def is_prime(n):", raw=True)
@@ -457,3 +457,110 @@ def test_import_restores_an_exported_session_once_and_refuses_bad_files(ctx, eng
         with pytest.raises(gr.Error, match=message):
             h.import_sessions(ctx, str(tmp_path / name))
     assert ctx.store.count_sessions() == 1  # nothing written
+
+
+# ============================================================================ while a reply runs elsewhere
+
+
+def busy_engine(ctx, engine, words=80):
+    """A reply in another session that holds the one engine worker (~4 s unless stopped)."""
+    engine.delay_s = 0.05
+    engine.enqueue(FakeReply(" ".join(["busy"] * words), accept=(1,)))
+    busy, _ = send(ctx, "keeps the engine busy")
+    thread = threading.Thread(target=run, args=(ctx, busy))
+    thread.start()
+    assert engine.running.wait(5)
+    return busy, thread
+
+
+def test_a_message_is_refused_while_the_last_one_still_waits_for_the_engine(ctx, engine):
+    """Its reply has no stored row yet: a second message would be stored before it, answered out
+    of order, and the second reply stream would find nothing to answer."""
+    busy, thread = busy_engine(ctx, engine)
+    session_id, _ = send(ctx, "first")
+    waiting = threading.Thread(target=run, args=(ctx, session_id))
+    waiting.start()
+    deadline = time.monotonic() + 5
+    while not ctx.reply_pending(session_id) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for attempt in (lambda: h.accept_send(ctx, session_id, "second", *CONTROLS),
+                    lambda: h.check_regenerate(ctx, session_id)):
+        with pytest.raises(gr.Error, match="still waiting for the engine"):
+            attempt()
+    h.stop(ctx, busy)
+    thread.join(10)
+    waiting.join(10)
+    assert not ctx.reply_pending(session_id)  # forgotten as the reply ends, before the page hears of it
+    engine.enqueue("second answer")
+    send(ctx, "second", session_id)
+    run(ctx, session_id)
+    assert [m["content"] for m in ctx.store.get_messages(session_id)][::2] == ["first", "second"]
+    assert messages(ctx, session_id)[-1] == ("assistant", "complete", "second answer")
+
+
+def test_a_reply_the_page_stopped_reading_goes_on_and_stop_still_reaches_it(ctx, engine):
+    """Showing another session ends the page's stream: its last update changes nothing (the page
+    shows the other session), the reply goes on and is saved, and a Stop pressed on coming back
+    still stops it."""
+    other, _ = send(ctx, "the other one")
+    run(ctx, other)
+    engine.delay_s = 0.05
+    engine.enqueue(FakeReply(" ".join(["tok"] * 200), accept=(1,)))
+    session_id, _ = send(ctx, "long please")
+    updates = []
+    stream = threading.Thread(target=lambda: updates.extend(h.respond(ctx, session_id, *CONTROLS, page="tab-1")))
+    stream.start()
+    while not any(u.get("streaming") for u in list(updates)):
+        time.sleep(0.02)
+    view = h.select_session(ctx, other, "", page="tab-1")  # returns once the stream has sent its last update
+    assert not stream.is_alive() and updates[-1] == {}  # Gradio repeats a stream's last values as it ends
+    assert view["chat"][0]["content"] == "the other one"
+    assert ctx.reply_pending(session_id)
+    time.sleep(0.3)
+    assert ctx.store.get_messages(session_id)[-1]["status"] == "streaming"  # still generating
+    h.stop(ctx, session_id)
+    deadline = time.monotonic() + 5
+    while ctx.store.get_messages(session_id)[-1]["status"] == "streaming" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reply = ctx.store.get_messages(session_id)[-1]
+    assert reply["status"] == "interrupted" and 0 < len(reply["content"].split()) < 200
+
+
+def test_the_shown_session_refreshes_while_a_reply_the_page_does_not_stream_grows(ctx, engine):
+    engine.delay_s = 0.05
+    engine.enqueue(FakeReply(" ".join(["tok"] * 120), accept=(1,)))
+    session_id, _ = send(ctx, "grow")
+    stream = h.respond(ctx, session_id, *CONTROLS)
+    streamed = next(u["streaming"] for u in stream if u.get("streaming"))
+    seen = h.live_refresh(ctx, session_id, "", None, streamed)["live_seen"]
+    time.sleep(1.2)  # the stored reply grows (flushed every second)
+    assert "chat" not in h.live_refresh(ctx, session_id, "", seen, streamed)  # this page streams it itself
+    stream.close()
+    view = h.select_session(ctx, session_id)  # shown again: the page no longer streams it
+    assert view["streaming"] is None
+    seen = h.live_refresh(ctx, session_id, "", seen, view["streaming"])["live_seen"]
+    time.sleep(1.2)
+    update = h.live_refresh(ctx, session_id, "", seen, view["streaming"])
+    assert update["chat"][-1]["content"].count("tok") > view["chat"][-1]["content"].count("tok")
+    h.stop(ctx, session_id)
+
+
+def test_deleting_a_session_while_its_reply_streams_ends_the_stream_quietly(ctx, engine):
+    engine.delay_s = 0.05
+    engine.enqueue(FakeReply(" ".join(["tok"] * 200), accept=(1,)))
+    session_id, _ = send(ctx, "doomed")
+    stream = h.respond(ctx, session_id, *CONTROLS)
+    next(u for u in stream if u.get("streaming"))
+    h.confirm_delete(ctx, session_id)
+    updates = list(stream)  # no exception: it would badge every streamed output
+    assert "session_chart" not in updates[-1]  # and no "Generation failed" toast (the session is gone)
+    assert ctx.store.count_sessions() == 0
+
+
+def test_rename_refuses_a_blank_title_before_anything_changes(ctx, engine):
+    session_id, _ = send(ctx, "named")
+    with pytest.raises(gr.Error, match="cannot be empty"):
+        h.check_rename(session_id, "   ")
+    with pytest.raises(gr.Error, match="No session selected"):
+        h.check_rename(None, "title")
+    h.check_rename(session_id, "a title")

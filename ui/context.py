@@ -47,6 +47,15 @@ class Defaults:
     max_block_size: int = MAX_BLOCK_SIZE  # the block-size slider's end
 
 
+@dataclass(frozen=True)
+class PageStream:
+    """A reply stream one browser page draws: ``left`` when the page moved on, ``ended`` once the
+    stream has sent its last update."""
+
+    left: threading.Event = field(default_factory=threading.Event)
+    ended: threading.Event = field(default_factory=threading.Event)
+
+
 @dataclass
 class UIContext:
     store: Any  # storage.SessionStore
@@ -55,40 +64,75 @@ class UIContext:
     flush_interval_s: float = 1.0
     yield_interval_s: float = 0.05  # at most ~20 UI updates a second (cycles in between are coalesced)
     chart_interval_s: float = 0.5
-    _cancels: dict = field(default_factory=dict)
+    _cancels: dict = field(default_factory=dict)  # session -> the cancel flags of its running replies
     _requested: dict = field(default_factory=dict)  # session -> when its last reply was asked for
     _stopped: dict = field(default_factory=dict)  # session -> when Stop was last pressed
+    _page_streams: dict = field(default_factory=dict)  # page -> the PageStream it draws
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def watch_stream(self, page: str) -> "PageStream":
+        """A page starts drawing a reply stream (one at a time: a stream it drew before stops)."""
+        stream = PageStream()
+        with self._lock:
+            before = self._page_streams.get(page)
+            self._page_streams[page] = stream
+        if before is not None:
+            before.left.set()
+        return stream
+
+    def leave_stream(self, page: str | None, wait_s: float = 1.0) -> None:
+        """The page shows another session: its reply stream stops drawing (the reply goes on
+        generating on the engine worker, and is saved). Waits until the stream has sent its
+        last update, so that the caller's view reaches the page after it."""
+        with self._lock:
+            stream = self._page_streams.pop(page, None)
+        if stream is not None:
+            stream.left.set()
+            stream.ended.wait(wait_s)  # a stalled engine sends nothing meanwhile, so nothing can overtake
+
+    def end_stream(self, page: str, stream: "PageStream") -> None:
+        stream.ended.set()
+        with self._lock:
+            if self._page_streams.get(page) is stream:
+                del self._page_streams[page]
+
     def mark_request(self, session_id: int) -> None:
-        """A reply was asked for (send, regenerate, edit): a Stop from now on applies to it, even
-        while it still waits in the queue for the engine."""
+        """A reply was asked for (send, regenerate, edit, compare): a Stop from now on applies to
+        it, even while it still waits in the queue for the engine."""
         with self._lock:
             self._requested[session_id] = time.monotonic()
 
     def new_cancel(self, session_id: int) -> threading.Event:
         """The cancel flag of the reply about to run; already set when Stop was pressed while the
-        request waited in the queue."""
+        request waited in the queue. It stays registered until ``forget_cancel``, which the reply's
+        engine job calls when it ends: a page that stopped watching can still stop it later."""
         event = threading.Event()
         with self._lock:
-            self._cancels[session_id] = event
+            self._cancels.setdefault(session_id, []).append(event)
             requested, stopped = self._requested.get(session_id), self._stopped.get(session_id)
         if requested is not None and stopped is not None and stopped >= requested:
             event.set()
         return event
 
     def cancel(self, session_id: int | None) -> bool:
-        """Ask the generation for this session to stop after its current cycle, or not to start
+        """Ask every generation for this session to stop after its current cycle, or not to start
         when it is still queued. Returns whether a running generation was told."""
         with self._lock:
             self._stopped[session_id] = time.monotonic()
-            event = self._cancels.get(session_id)
-        if event is None:
-            return False
-        event.set()
-        return True
+            events = list(self._cancels.get(session_id, ()))
+        for event in events:
+            event.set()
+        return bool(events)
+
+    def reply_pending(self, session_id: int | None) -> bool:
+        """Whether a reply (or a comparison) for this session is queued on the engine or running."""
+        with self._lock:
+            return bool(self._cancels.get(session_id))
 
     def forget_cancel(self, session_id: int, event: threading.Event) -> None:
         with self._lock:
-            if self._cancels.get(session_id) is event:
-                del self._cancels[session_id]
+            events = self._cancels.get(session_id, [])
+            if any(e is event for e in events):
+                events[:] = [e for e in events if e is not event]
+            if not events:
+                self._cancels.pop(session_id, None)

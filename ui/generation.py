@@ -113,11 +113,19 @@ def _open_writer(ctx: UIContext, request: GenerationRequest, engine):
 
 def record_reply(ctx: UIContext, request: GenerationRequest, engine, cancel: threading.Event, out: queue.Queue) -> None:
     """Runs on the engine worker: encode, check, generate, save; every event also goes to ``out``.
-    Errors never vanish: they are saved on the reply (when there is one) and sent to ``out``."""
-    events = _start_events(engine, request, cancel, out)
-    if events is None:
+    Errors never vanish: they are saved on the reply (when there is one) and sent to ``out``.
+    The cancel flag is forgotten before the end is sent, so the page's next request finds no
+    reply pending."""
+    try:
+        events = _start_events(engine, request, cancel, out)
+        if events is not None:
+            _save_events(ctx, request, engine, events, out)
+    finally:
+        ctx.forget_cancel(request.session_id, cancel)
         out.put(DONE)
-        return
+
+
+def _save_events(ctx: UIContext, request: GenerationRequest, engine, events, out: queue.Queue) -> None:
     try:
         with _open_writer(ctx, request, engine) as writer:
             out.put(("message", writer.message_id))
@@ -143,63 +151,65 @@ def record_reply(ctx: UIContext, request: GenerationRequest, engine, cancel: thr
                 writer.finish("interrupted")
     except Exception as exc:  # noqa: BLE001 - the writer saved the reply as 'error'; tell the page
         out.put(("error", f"{type(exc).__name__}: {exc}"))
-    finally:
-        out.put(DONE)
 
 
 def stream_reply(ctx: UIContext, request: GenerationRequest) -> Iterator[ReplyUpdate]:
-    """Submit the request to the engine worker and yield snapshots until the reply ends."""
+    """Submit the request to the engine worker and yield snapshots until the reply ends. A page
+    that stops reading (another session shown, the tab closed) leaves the reply running: it is
+    saved, and Stop still reaches it until the worker is done with it."""
     cancel = ctx.new_cancel(request.session_id)
     out: queue.Queue = queue.Queue()
-    ctx.engines.submit(lambda engine: record_reply(ctx, request, engine, cancel, out))
+    try:
+        job = ctx.engines.submit(lambda engine: record_reply(ctx, request, engine, cancel, out))
+    except BaseException:
+        ctx.forget_cancel(request.session_id, cancel)
+        raise
+    job.add_done_callback(lambda _: ctx.forget_cancel(request.session_id, cancel))  # also if it never ran
     engine = ctx.engines.engine
     trace = ReplyTrace.for_engine(capabilities_of(engine).kind if engine is not None else None)
     update = ReplyUpdate(trace, "waiting")
     last_yield = 0.0
     withheld = False  # tokens applied but not yet shown (they arrived within the yield interval)
-    try:
-        while True:
-            try:
-                item = out.get(timeout=0.25)
-            except queue.Empty:
-                if update.status == "waiting":
-                    status = ctx.engines.status()
-                    update.note = (f"loading {status.model_key}: {status.message} ({status.fraction:.0%})"
-                                   if status.state == "loading" else "waiting for the engine…")
-                    yield update
-                elif withheld:  # the engine stalls (a slow step, a server that hangs): show what came
-                    last_yield, withheld = time.monotonic(), False
-                    yield update
-                    update.cycles_added = 0
-                continue
-            pending = [item]
-            while item is not DONE:  # drain what is already there: one page update for all of it
-                try:
-                    item = out.get_nowait()
-                except queue.Empty:
-                    break
-                pending.append(item)
-            done = False
-            for item in pending:
-                if item is DONE:
-                    done = True
-                else:
-                    _apply(update, item)
-            if done:
-                update.final = True
-                if update.status in ("waiting", "streaming"):
-                    update.status = "interrupted"
+    while True:
+        try:
+            item = out.get(timeout=0.25)
+        except queue.Empty:
+            if update.status == "waiting":
+                status = ctx.engines.status()
+                update.note = (f"loading {status.model_key}: {status.message} ({status.fraction:.0%})"
+                               if status.state == "loading" else "waiting for the engine…")
                 yield update
-                return
-            now = time.monotonic()
-            if now - last_yield >= ctx.yield_interval_s or update.status not in ("waiting", "streaming"):
-                last_yield, withheld = now, False
+            elif withheld:  # the engine stalls (a slow step, a server that hangs): show what came
+                last_yield, withheld = time.monotonic(), False
                 yield update
                 update.cycles_added = 0
+            continue
+        pending = [item]
+        while item is not DONE:  # drain what is already there: one page update for all of it
+            try:
+                item = out.get_nowait()
+            except queue.Empty:
+                break
+            pending.append(item)
+        done = False
+        for item in pending:
+            if item is DONE:
+                done = True
             else:
-                withheld = True
-    finally:
-        ctx.forget_cancel(request.session_id, cancel)
+                _apply(update, item)
+        if done:
+            update.final = True
+            if update.status in ("waiting", "streaming"):
+                update.status = "interrupted"
+            yield update
+            return
+        now = time.monotonic()
+        if now - last_yield >= ctx.yield_interval_s or update.status not in ("waiting", "streaming"):
+            last_yield, withheld = now, False
+            yield update
+            update.cycles_added = 0
+        else:
+            withheld = True
 
 
 def _apply(update: ReplyUpdate, item: tuple) -> None:

@@ -35,11 +35,11 @@ TITLE_CHARS = 48
 # What each kind of event may change, by component name (the order is the Gradio API's).
 REPLY_FIGURES = ("token_view", "stats", "acceptance_chart", "tau_histogram", "position_chart")
 SESSION_VIEW = ("session", "remembered", "chat", "msg_ids", "sessions", "title", "token_view", "stats",
-                "acceptance_chart", "session_chart", "tau_histogram", "position_chart", *SETTING_KEYS)
+                "acceptance_chart", "session_chart", "tau_histogram", "position_chart", *SETTING_KEYS, "streaming")
 SENT = ("session", "remembered", "chat", "msg_ids", "chat_input", "sessions", "title")
 COMPLETED = ("session", "remembered", "chat", "msg_ids", "sessions", "title")
 STREAMED = ("chat", "msg_ids", "token_view", "stats", "acceptance_chart", "session_chart", "tau_histogram",
-            "position_chart", "code")
+            "position_chart", "code", "streaming")
 MODEL_STATUS = ("model_status", "timer", "block_size", "fallback", "show_rejected")  # the last three follow the engine
 LIVE = ("sessions", "chat", "msg_ids", "token_view", "stats", "acceptance_chart", "session_chart", "tau_histogram",
         "position_chart", "live_seen")
@@ -187,7 +187,8 @@ def session_view(ctx: UIContext, session_id: int | None, query: str = "") -> dic
     session_stats = ctx.store.session_stats(session_id) if session_id is not None else None
     view = {"session": session_id, "remembered": session_id, "chat": history, "msg_ids": ids,
             "sessions": session_list(ctx, session_id, query), "title": session["title"] if session else "",
-            **reply_outputs(trace, mode), "session_chart": charts.plot(charts.session_chart(session_stats))}
+            **reply_outputs(trace, mode), "session_chart": charts.plot(charts.session_chart(session_stats)),
+            "streaming": None}
     if session:
         view.update(settings_outputs(ctx, session["settings"]))
     return view
@@ -202,10 +203,13 @@ def _live_view(ctx: UIContext, session_id: int, messages: list[dict]) -> dict:
             "session_chart": charts.plot(charts.session_chart(ctx.store.session_stats(session_id)))}
 
 
-def live_refresh(ctx: UIContext, session_id: int | None, query: str, seen: dict | None) -> dict:
+def live_refresh(ctx: UIContext, session_id: int | None, query: str, seen: dict | None,
+                 streaming: int | None = None) -> dict:
     """Every second (``LIVE``): the session list when sessions came, went or were renamed (API
-    requests add sessions by themselves), and the session shown when its latest message came
-    through the API and changed since the last look (the page's own replies stream by themselves)."""
+    requests add sessions by themselves), and the session shown when its latest message changed
+    since the last look and is not the reply this page streams itself (``streaming``, see
+    ``respond``): a reply through the API, or one that went on generating while the page showed
+    another session."""
     seen = dict(seen or {})
     update: dict = {}
     listing = [list(choice) for choice in session_choices(ctx, query or "")]
@@ -219,14 +223,18 @@ def live_refresh(ctx: UIContext, session_id: int | None, query: str, seen: dict 
             messages = []
         last = messages[-1] if messages else None
         stamp = [session_id, last["id"], last["status"], last["updated_at"]] if last else None
-        if last and (last["settings"] or {}).get("source") == "api" and stamp != seen.get("shown"):
+        before = seen.get("shown")
+        from_api = bool(last) and (last["settings"] or {}).get("source") == "api"
+        same_session = bool(before) and before[0] == session_id  # else the switch drew it already
+        if last and last["id"] != streaming and stamp != before and (same_session or from_api):
             update.update(_live_view(ctx, session_id, messages))
         seen["shown"] = stamp
     return {**update, "live_seen": seen}
 
 
 def on_load(ctx: UIContext, remembered: int | None) -> dict:
-    """A fresh page: the session this browser showed last if it still exists, else the latest."""
+    """A fresh page: the session this browser showed last if it still exists, else the latest;
+    and the page's id (``page``, see ``respond``)."""
     session_id = None
     if remembered is not None:
         try:
@@ -239,16 +247,18 @@ def on_load(ctx: UIContext, remembered: int | None) -> dict:
     view = session_view(ctx, session_id)
     if session_id is None:  # no session yet: show the defaults
         view.update(settings_outputs(ctx, None))
-    return view
+    return {**view, "page": secrets.token_hex(8)}
 
 
-def select_session(ctx: UIContext, session_id, query: str = "") -> dict:
+def select_session(ctx: UIContext, session_id, query: str = "", page: str | None = None) -> dict:
+    ctx.leave_stream(page)
     chosen = int(session_id) if session_id not in (None, NEW_SESSION_ENTRY[1]) else None
     return session_view(ctx, chosen, query)
 
 
-def new_session(ctx: UIContext) -> dict:
+def new_session(ctx: UIContext, page: str | None = None) -> dict:
     """An empty page; the session is created with the first message (titled after it)."""
+    ctx.leave_stream(page)
     return session_view(ctx, None)
 
 
@@ -260,6 +270,13 @@ def check_session_selected(session_id: int | None) -> None:
     """Rename, Delete and Export need a session (see ``check_send`` for why it is an event of its own)."""
     if session_id is None:
         raise gr.Error("No session selected: send a message first.")
+
+
+def check_rename(session_id: int | None, title: str) -> None:
+    """What can refuse Rename: no session, or a blank title (see ``check_send``)."""
+    check_session_selected(session_id)
+    if not isinstance(title, str) or not title.strip():
+        raise gr.Error("A session title cannot be empty.")
 
 
 def rename(ctx: UIContext, session_id: int | None, title: str, query: str = ""):
@@ -277,7 +294,8 @@ def ask_delete(session_id: int | None):
     return gr.Row(visible=True)
 
 
-def confirm_delete(ctx: UIContext, session_id: int | None) -> dict:
+def confirm_delete(ctx: UIContext, session_id: int | None, page: str | None = None) -> dict:
+    ctx.leave_stream(page)
     if session_id is not None:
         ctx.cancel(session_id)
         try:
@@ -314,8 +332,9 @@ def ask_delete_all(ctx: UIContext) -> dict:
                                  + "They cannot be recovered: *Export* first to keep a copy.")}
 
 
-def confirm_delete_all(ctx: UIContext) -> dict:
+def confirm_delete_all(ctx: UIContext, page: str | None = None) -> dict:
     """Every session goes, unrecoverably (the store overwrites the deleted text); running replies stop."""
+    ctx.leave_stream(page)
     for session in ctx.store.list_sessions(limit=None):
         ctx.cancel(session["id"])
     try:
@@ -357,7 +376,7 @@ def check_import(ctx: UIContext, upload) -> tuple[Path, dict]:
     return path, document
 
 
-def import_sessions(ctx: UIContext, upload) -> dict:
+def import_sessions(ctx: UIContext, upload, page: str | None = None) -> dict:
     """Import an export file (one session or all): checked whole first, so a bad file writes
     nothing; a session already here gets the messages it lacks (``SessionStore.import_document``).
     Shows the first imported session."""
@@ -367,6 +386,7 @@ def import_sessions(ctx: UIContext, upload) -> dict:
     except STORE_ERRORS as exc:
         raise gr.Error(f"{path.name} was not imported: {exc}") from None
     gr.Info(import_summary(results))
+    ctx.leave_stream(page)
     return session_view(ctx, results[0].session_id)
 
 
@@ -462,9 +482,18 @@ def check_send(ctx: UIContext, session_id: int | None, text: str, block_size, te
     the page as it was (Gradio marks every output of an event that raises with an Error badge)."""
     text = _prompt_text(text)
     settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
-    history = _chat_prompt(_messages(ctx, session_id)) if session_id is not None else []
-    check_settings(ctx, settings, history + [{"role": "user", "content": text}])
+    messages = _messages(ctx, session_id) if session_id is not None else []
+    _check_no_reply_waiting(ctx, session_id, messages)
+    check_settings(ctx, settings, _chat_prompt(messages) + [{"role": "user", "content": text}])
     return settings
+
+
+def _check_no_reply_waiting(ctx: UIContext, session_id: int | None, messages: list[dict]) -> None:
+    """A reply that waits for the engine (a model loading, another reply running) has no stored
+    row yet: a message, regenerate or edit now would be stored before it and answered out of order."""
+    if messages and messages[-1]["role"] == "user" and ctx.reply_pending(session_id):
+        raise gr.Error("The last message is still waiting for the engine: wait until its reply starts "
+                       "(or stop it) and try again.")
 
 
 def _messages(ctx: UIContext, session_id: int) -> list[dict]:
@@ -478,19 +507,21 @@ def accept_send(ctx: UIContext, session_id: int | None, text: str, block_size, t
     """``check_send`` as the page runs it: what it accepted, kept in a State for the send. The box
     may hold other text by the time the send runs (typed meanwhile); the accepted text is sent."""
     check_send(ctx, session_id, text, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
-    return {"text": text, "controls": [block_size, temperature, top_p, max_new_tokens, fallback, show_rejected]}
+    return {"session": session_id, "text": text,
+            "controls": [block_size, temperature, top_p, max_new_tokens, fallback, show_rejected]}
 
 
 def submit_prompt(ctx: UIContext, session_id: int | None, text: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected,
                   accepted: dict | None = None) -> dict:
     """Store the user's message (committed before generation starts) and show it (``SENT``).
 
-    From the page, ``accepted`` is what ``accept_send`` passed and ``text`` what the box holds now:
-    the accepted message is sent, and the box is emptied only if it still holds it, so text typed
-    since stays. Through the API there is no ``accepted`` and ``text`` is the message."""
+    From the page, ``accepted`` is what ``accept_send`` passed (session, message, settings) and
+    ``text`` what the box holds now: the accepted message is sent, and the box is emptied only if
+    it still holds it, so text typed since stays. Through the API there is no ``accepted``."""
     in_box = text
     if accepted is not None:
-        text, (block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) = accepted["text"], accepted["controls"]
+        session_id, text = accepted["session"], accepted["text"]
+        block_size, temperature, top_p, max_new_tokens, fallback, show_rejected = accepted["controls"]
     settings = check_send(ctx, session_id, text, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
     session_id = _store_prompt(ctx, session_id, text, "chat", settings)
     view = _stored_prompt_view(ctx, session_id)
@@ -518,7 +549,8 @@ def check_completion(ctx: UIContext, session_id: int | None, code: str, block_si
 def accept_completion(ctx: UIContext, session_id: int | None, code: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
     """``check_completion`` as the page runs it: the code and settings it accepted (see ``accept_send``)."""
     check_completion(ctx, session_id, code, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
-    return {"text": code, "controls": [block_size, temperature, top_p, max_new_tokens, fallback, show_rejected]}
+    return {"session": session_id, "text": code,
+            "controls": [block_size, temperature, top_p, max_new_tokens, fallback, show_rejected]}
 
 
 def submit_completion(ctx: UIContext, session_id: int | None, code: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected,
@@ -526,15 +558,23 @@ def submit_completion(ctx: UIContext, session_id: int | None, code: str, block_s
     """Complete mode: store the code as a 'complete' prompt; the model continues it as raw text.
     ``accepted``: what the page's check passed, sent whatever the editor holds by now (``submit_prompt``)."""
     if accepted is not None:
-        code, (block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) = accepted["text"], accepted["controls"]
+        session_id, code = accepted["session"], accepted["text"]
+        block_size, temperature, top_p, max_new_tokens, fallback, show_rejected = accepted["controls"]
     settings = check_completion(ctx, session_id, code, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
     session_id = _store_prompt(ctx, session_id, code, "complete", settings)
     return _stored_prompt_view(ctx, session_id)
 
 
-def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected):
+def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected,
+            page: str | None = None, *, to_editor: bool = False):
     """Stream the reply to the session's last user message: chat, token view, stats, charts
-    (and the code editor in Complete mode), once per verified block."""
+    (and, ``to_editor``, the code editor: for the Complete button, not for a Regenerate that may
+    find other code typed there), once per verified block.
+
+    ``page`` (the browser page's id): when that page shows another session, the stream stops
+    drawing and the reply goes on generating and is saved (``UIContext.leave_stream``).
+    ``streaming`` is the id of the reply this page streams (and has shown whole once it ends), so
+    that ``live_refresh`` leaves it alone."""
     if session_id is None:
         raise gr.Error("No session: send a message first.")
     settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
@@ -547,12 +587,29 @@ def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top
         messages = ctx.store.get_messages(session_id)
     except STORE_ERRORS as exc:
         raise gr.Error(str(exc)) from None
-    if not messages or messages[-1]["role"] != "user":
-        raise gr.Error("Nothing to answer: the last message already has a reply.")
+    if not messages or messages[-1]["role"] != "user":  # e.g. a second request for one message
+        gr.Warning("Nothing to answer: the last message already has a reply.")
+        return
     last = messages[-1]
     complete = last["kind"] == "complete"
     prompt = heal_code_prompt(last["content"]) if complete else _chat_prompt(messages)
     request = GenerationRequest(session_id, prompt, complete, last["kind"], sampling, fallback, settings)
+    stream = ctx.watch_stream(page) if page else None
+    try:
+        for view in _reply_views(ctx, request, to_editor):
+            if stream is not None and stream.left.is_set():
+                # Gradio ends a stream by sending its last values again: make them "no change"
+                yield {}
+                return
+            yield view
+    finally:
+        if stream is not None:
+            ctx.end_stream(page, stream)
+
+
+def _reply_views(ctx: UIContext, request: GenerationRequest, to_editor: bool):
+    """``respond``'s page updates (``STREAMED``) for one reply."""
+    session_id, complete = request.session_id, request.raw
     base_rows, base_ids = chat_history(ctx, session_id)
     mode = "complete" if complete else "chat"
     last_chart = 0.0
@@ -566,21 +623,37 @@ def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top
         if update.status == "waiting":
             yield {"chat": base_rows + [{"role": "assistant", "content": f"⏳ {esc(update.note)}"}], "msg_ids": base_ids}
             continue
-        content = assistant_markdown(trace.text, update.status, trace, trace.error, last["kind"])
+        content = assistant_markdown(trace.text, update.status, trace, trace.error, request.kind)
         view = {"chat": base_rows + [{"role": "assistant", "content": content}],
                 "msg_ids": base_ids + ([update.message_id] if update.message_id is not None else []),
-                "token_view": render_token_view(trace, mode), "stats": stats_html(trace)}
-        if complete:
-            view["code"] = prompt + trace.text
+                "token_view": render_token_view(trace, mode), "stats": stats_html(trace),
+                "streaming": update.message_id}
+        if complete and to_editor:
+            view["code"] = request.prompt + trace.text
         now = time.monotonic()
         if update.final or now - last_chart >= ctx.chart_interval_s:  # charts at most every chart_interval_s
             last_chart = now
             view.update(reply_charts(trace))
             if update.final:
-                view["session_chart"] = charts.plot(charts.session_chart(ctx.store.session_stats(session_id)))
+                view.update(_session_chart(ctx, session_id))
         yield view
-        if update.final and update.status == "error":
+        if update.final and update.status == "error" and _session_exists(ctx, session_id):  # a deleted one says why
             gr.Warning(f"Generation failed: {update.note}")
+
+
+def _session_exists(ctx: UIContext, session_id: int) -> bool:
+    try:
+        ctx.store.get_session(session_id)
+    except STORE_ERRORS:
+        return False
+    return True
+
+
+def _session_chart(ctx: UIContext, session_id: int) -> dict:
+    try:  # the session may have been deleted while its reply streamed (another tab, the API)
+        return {"session_chart": charts.plot(charts.session_chart(ctx.store.session_stats(session_id)))}
+    except STORE_ERRORS:
+        return {}
 
 
 def stop(ctx: UIContext, session_id: int | None) -> None:
@@ -597,6 +670,7 @@ def check_regenerate(ctx: UIContext, session_id: int | None) -> list[dict]:
         raise gr.Error("Nothing to regenerate yet.")
     if messages[-1]["role"] == "assistant" and messages[-1]["status"] == "streaming":
         raise gr.Error("A reply is still being generated: stop it first.")
+    _check_no_reply_waiting(ctx, session_id, messages)
     return users
 
 
@@ -622,6 +696,7 @@ def check_edit(ctx: UIContext, session_id: int | None, message_ids: list[int], e
     text = _prompt_text(edited_text(evt.value, edited["kind"]))
     if messages[-1]["role"] == "assistant" and messages[-1]["status"] == "streaming":
         raise gr.Error("A reply is still being generated: stop it first.")
+    _check_no_reply_waiting(ctx, session_id, messages)
     return users, edited, text
 
 

@@ -10,7 +10,6 @@ complete-stop, teach.
 
 from __future__ import annotations
 
-import functools
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,7 +18,7 @@ import gradio as gr
 
 from . import handlers as h
 from .context import UIContext
-from .named import Outputs, components_of
+from .named import Outputs, checked, components_of
 from .render import render_token_view, stats_html, syntax_css
 from .teach import build_teach_tab
 
@@ -65,6 +64,8 @@ def layout(ctx: UIContext, demo: gr.Blocks) -> SimpleNamespace:
     c.pending_edit = gr.State(None)  # an edit of a chat message that passed its checks
     c.pending_send = gr.State(None)  # the chat message (and settings) that passed them
     c.pending_code = gr.State(None)  # the Complete-mode code (and settings) that passed them
+    c.streaming = gr.State(None)  # the reply this page streams (see handlers.respond)
+    c.page = gr.State(None)  # this page's id, set on load: a reply stream stops drawing when the page moves on
     c.remembered = gr.BrowserState(None, storage_key=BROWSER_KEY)
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=220):
@@ -167,21 +168,22 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     model_status = outputs(*h.MODEL_STATUS)
     engine_queue = {"concurrency_limit": 1, "concurrency_id": "engine"}  # one engine: others wait, see their position
 
-    def then_respond(event, api_name=None):
-        return event.success(streamed.wrap(partial(h.respond, ctx)), [c.session, *c.controls], streamed.components,
-                             api_name=api_name, api_visibility="public" if api_name else "undocumented", **engine_queue)
+    def then_respond(event, api_name=None, to_editor=False):
+        return event.success(streamed.wrap(partial(h.respond, ctx, to_editor=to_editor)), [c.session, *c.controls, c.page],
+                             streamed.components, api_name=api_name, api_visibility="public" if api_name else "undocumented",
+                             **engine_queue)
 
     # -- page load: restore the session this browser showed (or the latest) from the database
     def on_load(remembered):
         return {**h.on_load(ctx, remembered), "chat_input": gr.Textbox(interactive=True)}
 
-    loaded = outputs(*h.SESSION_VIEW, "chat_input")
+    loaded = outputs(*h.SESSION_VIEW, "chat_input", "page")
     demo.load(loaded.wrap(on_load), [c.remembered], loaded.components, api_name="load_session")
     for trigger in (demo.load, c.timer.tick):
         trigger(model_status.wrap(partial(h.poll_model, ctx)), None, model_status.components,
                 api_visibility="undocumented")
     live = outputs(*h.LIVE)
-    c.live.tick(live.wrap(partial(h.live_refresh, ctx)), [c.session, c.search, c.live_seen], live.components,
+    c.live.tick(live.wrap(partial(h.live_refresh, ctx)), [c.session, c.search, c.live_seen, c.streaming], live.components,
                 api_visibility="undocumented", show_progress="hidden")
 
     # -- chat
@@ -198,19 +200,19 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
         pending.wrap(partial(h.regenerate, ctx)), [c.session], pending.components, api_name="regenerate")
     then_respond(regenerated)
 
-    def edit_message(session_id, message_ids, edit):  # the edit the check accepted (see check_edit)
-        return h.edit_message(ctx, session_id, message_ids, SimpleNamespace(**edit))
+    def edit_message(edit):  # the edit the check accepted, in the session it was made in (see check_edit)
+        return h.edit_message(ctx, edit["session"], edit["message_ids"], SimpleNamespace(**edit["event"]))
 
     def show_reply(message_ids, evt: gr.SelectData):
         return h.show_reply(ctx, message_ids, evt)
 
     def check_edit(session_id, message_ids, evt: gr.EditData):  # Gradio finds EditData by annotation
         h.check_edit(ctx, session_id, message_ids, evt)
-        return {"index": evt.index, "value": evt.value}
+        return {"session": session_id, "message_ids": list(message_ids), "event": {"index": evt.index, "value": evt.value}}
 
     # A chained event gets no gr.EditData: the check hands the accepted edit on in a State.
     edited = checked([c.chat.edit], check_edit, [c.session, c.msg_ids], accepted=c.pending_edit).success(
-        view.wrap(edit_message), [c.session, c.msg_ids, c.pending_edit], view.components,
+        view.wrap(edit_message), [c.pending_edit], view.components,
         api_visibility="undocumented")
     then_respond(edited)
     figures = outputs(*h.REPLY_FIGURES)
@@ -222,7 +224,7 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
                               accepted=c.pending_code).success(
         completed.wrap(partial(h.submit_completion, ctx)), [c.session, c.code, *c.controls, c.pending_code],
         completed.components, api_name="complete")
-    then_respond(completed_event)
+    then_respond(completed_event, to_editor=True)
     _wire_sessions(ctx, c, outputs, view)
 
     # -- settings: saved with the session on every user change; show-rejected is a class toggle
@@ -233,43 +235,29 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     c.model.input(picked.wrap(partial(h.pick_model, ctx)), [c.model], picked.components, api_name="pick_model")
 
 
-def checked(triggers: list, check, inputs, accepted: gr.State | None = None):
-    """Run ``check`` first, as an event without outputs; chain the real handler with ``.success``.
-    A refusal is then one toast and the page stays exactly as it was: Gradio marks every output of
-    an event that raises with a red Error badge (the chat, the session list, the input box...).
-
-    With ``accepted``, the check's result goes to that State (a State shows no badge), so that the
-    chained handler acts on exactly what was checked: the inputs may have changed in between."""
-    if accepted is not None:
-        return gr.on(triggers, check, inputs, accepted, api_visibility="undocumented")
-    @functools.wraps(check)  # keeps the signature: Gradio finds gr.EditData and friends by annotation
-    def run_check(*values):
-        check(*values)
-
-    return gr.on(triggers, run_check, inputs, None, api_visibility="undocumented")
-
-
 def _wire_sessions(ctx: UIContext, c: SimpleNamespace, outputs, view: Outputs) -> None:
-    c.sessions.input(view.wrap(partial(h.select_session, ctx)), [c.sessions, c.search], view.components,
+    """Sessions panel. What shows another session stops the page's reply stream (``c.page``): the
+    reply goes on generating and is saved, and shows again, growing, when its session is picked."""
+    c.sessions.input(view.wrap(partial(h.select_session, ctx)), [c.sessions, c.search, c.page], view.components,
                      api_name="select_session")
-    c.new_session.click(view.wrap(partial(h.new_session, ctx)), None, view.components, api_name="new_session")
+    c.new_session.click(view.wrap(partial(h.new_session, ctx)), [c.page], view.components, api_name="new_session")
     c.search.change(partial(h.search, ctx), [c.search, c.session], c.sessions, api_name="search_sessions")
-    checked([c.rename.click, c.title.submit], h.check_session_selected, [c.session]).success(
+    checked([c.rename.click, c.title.submit], h.check_rename, [c.session, c.title]).success(
         partial(h.rename, ctx), [c.session, c.title, c.search], c.sessions, api_name="rename_session")
     checked([c.delete.click], h.check_session_selected, [c.session]).success(
         h.ask_delete, [c.session], c.confirm_row, api_visibility="undocumented")
     deleted = outputs("confirm_row", *h.SESSION_VIEW)
-    c.confirm.click(deleted.wrap(partial(h.confirm_delete, ctx)), [c.session], deleted.components,
+    c.confirm.click(deleted.wrap(partial(h.confirm_delete, ctx)), [c.session, c.page], deleted.components,
                     api_name="delete_session")
     c.cancel.click(h.cancel_delete, None, c.confirm_row, api_visibility="undocumented")
     asked = outputs("confirm_all_row", "confirm_all_text")
     checked([c.delete_all.click], partial(h.check_any_session, ctx), None).success(
         asked.wrap(partial(h.ask_delete_all, ctx)), None, asked.components, api_visibility="undocumented")
     all_deleted = outputs("confirm_all_row", *h.SESSION_VIEW)
-    c.confirm_all.click(all_deleted.wrap(partial(h.confirm_delete_all, ctx)), None, all_deleted.components,
+    c.confirm_all.click(all_deleted.wrap(partial(h.confirm_delete_all, ctx)), [c.page], all_deleted.components,
                         api_name="delete_all_sessions")
     c.cancel_all.click(h.cancel_delete, None, c.confirm_all_row, api_visibility="undocumented")
     checked([c.export.click], h.check_session_selected, [c.session]).success(
         partial(h.export, ctx), [c.session], c.export_file, api_name="export_session")
     checked([c.import_file.upload], partial(h.check_import, ctx), [c.import_file]).success(
-        view.wrap(partial(h.import_sessions, ctx)), [c.import_file], view.components, api_name="import_sessions")
+        view.wrap(partial(h.import_sessions, ctx)), [c.import_file, c.page], view.components, api_name="import_sessions")

@@ -1,4 +1,6 @@
-"""Named handler outputs: a handler returns ``{name: value}`` for exactly what it changes, and
+"""Named handler outputs, and refusals checked before a handler with outputs runs (``checked``).
+
+A handler returns ``{name: value}`` for exactly what it changes, and
 the layout, the one place that knows the components, turns that into what Gradio expects.
 
     outputs = Outputs(components, ("chat", "token_view", "stats"))
@@ -56,3 +58,20 @@ class Outputs:
 def components_of(namespace: Any) -> dict[str, Any]:
     """The named components of a layout namespace (a ``SimpleNamespace`` or a dict)."""
     return dict(namespace) if isinstance(namespace, Mapping) else vars(namespace)
+
+
+def checked(triggers: list, check, inputs, accepted: gr.State | None = None):
+    """Run ``check`` first, as an event without outputs; chain the real handler with ``.success``.
+    A refusal is then one toast and the page stays exactly as it was: Gradio marks every output of
+    an event that raises with a red Error badge (the chat, the session list, the input box...).
+
+    With ``accepted``, the check's result goes to that State (a State shows no badge), so that the
+    chained handler acts on exactly what was checked: the inputs may have changed in between."""
+    if accepted is not None:
+        return gr.on(triggers, check, inputs, accepted, api_visibility="undocumented")
+
+    @functools.wraps(check)  # keeps the signature: Gradio finds gr.EditData and friends by annotation
+    def run_check(*values):
+        check(*values)
+
+    return gr.on(triggers, run_check, inputs, None, api_visibility="undocumented")

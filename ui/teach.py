@@ -25,7 +25,7 @@ from engine.interface import capabilities_of
 from . import analytics as an
 from . import charts
 from .context import STORE_ERRORS, UIContext
-from .named import Outputs
+from .named import Outputs, checked
 from .render import esc
 from .teach_compare import Comparison, run_comparison, sampling_from_settings, stored_run
 from .teach_render import TEACH_CSS, compare_html, explainer_html, step_html
@@ -272,9 +272,9 @@ def prepare_comparison(ctx: UIContext, message_id) -> tuple[dict, list[dict], ob
     return message, cycles, prompt, raw
 
 
-def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
-    """Re-run the reply's prompt with speculation off on the engine worker (then DFlash again,
-    for a back-to-back speed ratio) and show identical/different, tokens/s, speedup, timelines."""
+def check_compare(ctx: UIContext, message_id) -> tuple[dict, list[dict], object, bool, dict, int | None]:
+    """Everything that can refuse a comparison, run first as an event of its own (``checked``):
+    the reply, its cycles, its prompt, the settings to rerun it with and the tokens it produced."""
     message, cycles, prompt, raw = prepare_comparison(ctx, message_id)
     settings = dict(message["settings"] or {})
     stopped = message["status"] != "complete"
@@ -288,11 +288,20 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
         raise gr.Error(f"Cannot compare: the reply's settings are invalid ({exc})") from None
     if ctx.engines.engine is None and ctx.engines.status().state != "loading":
         raise gr.Error("No model is loaded (see the model status).")
+    return message, cycles, prompt, raw, settings, produced
+
+
+def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
+    """Re-run the reply's prompt with speculation off on the engine worker (then DFlash again,
+    for a back-to-back speed ratio) and show identical/different, tokens/s, speedup, timelines."""
+    message, cycles, prompt, raw, settings, produced = check_compare(ctx, message_id)
+    stopped = message["status"] != "complete"
     engine = ctx.engines.engine
     how = f" Plain decoding runs on {capabilities_of(engine).plain_decoding}." if engine is not None else ""
     yield {"compare_result": compare_html(None, "Running plain decoding, then DFlash, on the engine worker… "
                                                 f"(Stop ends it).{how}")}
     session_id = message["session_id"]
+    ctx.mark_request(session_id)  # a Stop pressed before the comparison started was for something else
     cancel = ctx.new_cancel(session_id)  # the chat's Stop (and #compare-stop) end it within one cycle
 
     def work(engine):
@@ -431,7 +440,7 @@ def wire(ctx: UIContext, c: dict, tab, demo) -> None:
                     playback.components, cancels=[ticked], **hidden)
     c["speed"].input(set_speed, [c["speed"], c["playing"]], c["timer"], **hidden)
     comparison = Outputs(c, COMPARISON)
-    c["compare"].click(comparison.wrap(partial(compare, ctx)), [c["reply"]], comparison.components,
-                       api_name="compare", **ENGINE_QUEUE)
+    checked([c["compare"].click], partial(check_compare, ctx), [c["reply"]]).success(
+        comparison.wrap(partial(compare, ctx)), [c["reply"]], comparison.components, api_name="compare", **ENGINE_QUEUE)
     c["compare_stop"].click(partial(stop_compare, ctx), [c["reply"]], None, queue=False, api_name="stop_compare")
     c["export"].click(partial(export_analytics, ctx), [c["session"]], c["files"], api_name="export_analytics")

@@ -276,3 +276,37 @@ def test_the_embedded_tiny_coder_streams_coloured_tokens(browser, tmp_path):
         context.close()
     finally:
         studio.close()
+
+
+def test_showing_another_session_mid_reply_leaves_that_reply_running_where_it_belongs(page, fake_app):
+    """The reply keeps generating and is saved, but it no longer draws over the session now shown;
+    back on its session it shows growing, and Stop there stops it."""
+    studio, engine, _ = fake_app
+    engine.enqueue("The other answer.", FakeReply(" ".join(f"w{i}" for i in range(400)), accept=(1,), delay_s=0.05))
+    page.click("#new-session")
+    send(page, "the other session")
+    wait_replies(page, 1)
+    page.click("#new-session")
+    page.wait_for_function("!document.querySelector('#chat').innerText.includes('the other session')")
+    send(page, "a long one")
+    page.wait_for_function("document.querySelectorAll('#token-view .tok').length > 10")
+    page.locator("#session-list label", has_text="the other session").click()
+    page.wait_for_function("document.querySelector('#chat').innerText.includes('The other answer.')")
+    page.wait_for_timeout(1500)  # the long reply goes on generating meanwhile
+    chat = page.locator("#chat").inner_text()
+    assert "a long one" not in chat and "w30" not in chat, chat[:300]
+    assert "w30" not in page.locator("#token-view").inner_text()
+    long_id = stored_session_id(studio, "a long one", timeout_s=5)
+    assert studio.store.get_messages(long_id)[-1]["status"] == "streaming"
+
+    page.locator("#session-list label", has_text="a long one").click()
+    page.wait_for_function("document.querySelector('#chat').innerText.includes('a long one')")
+    shown = page.locator("#chat").inner_text().count("w")
+    page.wait_for_function(f"document.querySelector('#chat').innerText.split('w').length - 1 > {shown + 5}",
+                           timeout=10_000)  # it grows on the page, from the database
+    page.click("#stop")
+    deadline = time.monotonic() + 10
+    while studio.store.get_messages(long_id)[-1]["status"] == "streaming" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    reply = studio.store.get_messages(long_id)[-1]
+    assert reply["status"] == "interrupted" and len(reply["content"].split()) < 400

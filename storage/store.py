@@ -524,7 +524,8 @@ class SessionStore:
             self.get_session(session_id)
             return self._query(
                 "SELECT c.message_id, m.seq, c.idx AS \"index\", c.block_size, c.accepted, c.tau, "
-                "c.draft_ms, c.verify_ms, c.fallback_state, c.fallback_changed, c.next_block_size "
+                "c.draft_ms, c.verify_ms, c.fallback_state, c.fallback_changed, c.next_block_size, "
+                "json_extract(c.extra, '$.cost_in_plain_steps') AS cost_in_plain_steps "
                 "FROM cycles c JOIN messages m ON m.id = c.message_id "
                 "WHERE m.session_id = ? AND m.role = 'assistant' ORDER BY m.seq, c.idx",
                 [session_id],

@@ -564,3 +564,20 @@ def test_rename_refuses_a_blank_title_before_anything_changes(ctx, engine):
     with pytest.raises(gr.Error, match="No session selected"):
         h.check_rename(None, "title")
     h.check_rename(session_id, "a title")
+
+
+def test_a_reply_footer_gives_the_speedup_the_stats_give_also_when_redrawn_from_the_database(ctx):
+    """The chat redraws footers from the light cycle series: it must read each cycle's measured
+    cost in plain steps, not fall back to the prior (which read 3.48x for a 1.70x reply)."""
+    session_id = ctx.store.create_session("costs")
+    ctx.store.add_message(session_id, "user", "q")
+    reply = ctx.store.start_reply(session_id, model="m", settings={})
+    cycles = [{"index": i, "block_size": 8, "accepted": a, "tau": a + 1, "draft_ms": 3.0, "verify_ms": 18.0,
+               "emitted_pieces": ["x"] * (a + 1), "cost_in_plain_steps": 1.65,
+               "fallback": {"state": "full", "changed": False, "next_block_size": 8}}
+              for i, a in enumerate((0, 0, 6, 3, 0), start=1)]
+    ctx.store.save_reply(reply, content="x" * 14, cycles=cycles, status="complete", new_tokens=14)
+    stats = h.stored_trace(ctx, ctx.store.get_messages(session_id)[-1]).estimated_speedup()
+    assert stats == pytest.approx(2.8 / 1.65)
+    footer = h.chat_history(ctx, session_id)[0][-1]["content"]
+    assert f"~{stats:.2f}× est. speedup" in footer

@@ -69,7 +69,12 @@ def find_conversation(store, messages: list[dict]) -> tuple[int, int] | None:
 def _recent_completions_session(store) -> int | None:
     for session in store.list_sessions(limit=CANDIDATES * 5):
         if is_api_session(session) and session["settings"].get("endpoint") == "completions":
-            updated = datetime.fromisoformat(session["updated_at"])
+            try:  # an imported session's time comes from a file: naive, or not a time at all
+                updated = datetime.fromisoformat(session["updated_at"])
+            except (TypeError, ValueError):
+                return None
+            if updated.tzinfo is None:
+                updated = updated.replace(tzinfo=timezone.utc)
             if datetime.now(timezone.utc) - updated < COMPLETIONS_IDLE:
                 return session["id"]
             return None

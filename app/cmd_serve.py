@@ -105,7 +105,15 @@ def raise_load_error(loading) -> None:
 
 
 def _serve_until_closed(studio, loading, args, **overrides) -> None:
-    studio.demo.launch(**studio.launch_kwargs(prevent_thread_lock=True, **overrides))
+    from engine.errors import InvalidRequestError
+
+    kwargs = studio.launch_kwargs(prevent_thread_lock=True, **overrides)
+    try:
+        studio.demo.launch(**kwargs)
+    except OSError as exc:  # Gradio's words name its own internals (GRADIO_SERVER_PORT)
+        where = f"{kwargs['server_name'] or '127.0.0.1'}:{kwargs['server_port']}" if kwargs.get("server_port") else "any port from 7860"
+        raise InvalidRequestError(f"cannot listen on {where} (in use?): choose another with --port, "
+                                  f"or stop what listens there ({exc.__class__.__name__})") from None
     if not args.allow_no_model:
         try:
             loading.result()

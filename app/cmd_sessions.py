@@ -184,11 +184,23 @@ def export_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
+def decode_export(data: bytes) -> str:
+    """An export file's text: UTF-8 (a byte-order mark allowed, as Windows editors write it) or
+    UTF-16 with its mark (what PowerShell 5's ``>`` writes)."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16")
+    return data.decode("utf-8-sig")
+
+
 def import_sessions(args: argparse.Namespace) -> int:
     if args.file == "-":
         source, text = "stdin", sys.stdin.read()
     else:
-        source, text = args.file, Path(args.file).read_text(encoding="utf-8")
+        source = args.file
+        try:
+            text = decode_export(Path(args.file).read_bytes())
+        except UnicodeDecodeError:
+            return _fail(f"{source} is not UTF-8 (or UTF-16 with a byte-order mark) text; nothing was imported")
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -67,8 +67,12 @@ def read_prompts(path: str | Path, heal: bool = False) -> list[BenchPrompt]:
     Complete tab sends them (``healed``)."""
     if str(path) == "humaneval" and not Path(path).exists():
         return healed(humaneval_prompts()) if heal else humaneval_prompts()
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(f"cannot read the prompt file {path}: {exc}") from None
     prompts = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

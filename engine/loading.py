@@ -13,7 +13,7 @@ import torch
 
 from .config import EngineConfig
 from .draft import DFlashDraftModel, draft_setting, load_draft
-from .errors import CheckpointError, IncompatibleDraftError
+from .errors import CheckpointError, IncompatibleDraftError, InvalidRequestError
 from .features import decoder_layers
 from .weights import check_weight_files, guard_logits, safetensors_files
 
@@ -31,9 +31,20 @@ def embedded_pair() -> tuple[Path, Path]:
 
 
 def pick_device(device: str | None) -> torch.device:
-    if device:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """``--device`` (cpu, cuda, cuda:1, mps), checked here: torch's own errors are tracebacks."""
+    if not device:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise InvalidRequestError(f"--device {device!r} is not a device torch knows ({exc})") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidRequestError(f"--device {device}: this torch has no CUDA device (it runs on cpu)")
+    if chosen.type == "cuda" and chosen.index is not None and chosen.index >= torch.cuda.device_count():
+        raise InvalidRequestError(f"--device {device}: there are {torch.cuda.device_count()} CUDA devices")
+    if chosen.type == "mps" and not torch.backends.mps.is_available():
+        raise InvalidRequestError(f"--device {device}: MPS is not available here")
+    return chosen
 
 
 def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .config import MAX_BLOCK_SIZE, SamplingConfig
-from .errors import EmptyPromptError, PromptTooLongError
+from .errors import EmptyPromptError, InvalidRequestError, PromptTooLongError
 
 Message = dict  # {"role": "user"|"assistant"|"system", "content": str}
 
@@ -24,7 +24,13 @@ def encode_prompt(tokenizer, prompt: str | list[Message], raw: bool = False) -> 
     if not has_template:
         text = "\n\n".join(m["content"] for m in messages)
         return list(tokenizer(text)["input_ids"])
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    from jinja2 import TemplateError  # the chat template's own refusals ("roles must alternate")
+
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             enable_thinking=False)
+    except TemplateError as exc:
+        raise InvalidRequestError(f"the messages do not fit this model's chat template: {exc}") from None
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 

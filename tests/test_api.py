@@ -136,6 +136,19 @@ def test_completions_streamed_and_not(served, client):
     assert streamed[-1].choices[0].finish_reason == "stop" and streamed[-1].object == "text_completion"
 
 
+def test_an_imported_completions_session_with_a_naive_time_does_not_break_completions(served, client):
+    """Export files are text: a hand-edited time without a zone once made every completion a 500."""
+    studio, engine, _ = served
+    engine.enqueue(FakeReply("    pass\n"), FakeReply("    pass\n"))
+    client.completions.create(model="fake-coder", prompt="def f():\n", max_tokens=8)
+    session = next(s for s in studio.store.list_sessions() if s["settings"].get("endpoint") == "completions")
+    document = studio.store.export_session(session["id"])
+    document["sessions"][0]["updated_at"] = "2030-01-01 00:00:00"
+    studio.store.delete_session(session["id"])
+    studio.store.import_document(document)
+    assert client.completions.create(model="fake-coder", prompt="def g():\n", max_tokens=8).choices[0].text
+
+
 def test_max_tokens_gives_finish_reason_length(client):
     reply = client.chat.completions.create(model="fake-coder", messages=HI, max_completion_tokens=5)
     assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens == 5
@@ -157,6 +170,16 @@ def test_stop_strings_end_the_reply_before_them(served, client, stream):
     session = studio.store.list_sessions(limit=1)[0]
     stored = studio.store.get_messages(session["id"])[-1]
     assert (stored["content"], stored["status"], stored["finish_reason"]) == ("alpha beta\n", "complete", "stop")
+
+
+def test_a_reply_cut_to_nothing_by_a_stop_string_is_stored_as_the_client_got_it(served, client):
+    studio, engine, _ = served
+    engine.enqueue(FakeReply("\n\nclass Gamma:\n    pass\n", accept=(1, 1, 1, 1, 1)))
+    reply = client.chat.completions.create(model="fake-coder", messages=[{"role": "user", "content": "cut"}],
+                                           stop=["\n\nclass"])
+    assert (reply.choices[0].message.content, reply.choices[0].finish_reason) == ("", "stop")
+    stored = studio.store.get_messages(studio.store.list_sessions(limit=1)[0]["id"])[-1]
+    assert (stored["content"], stored["finish_reason"]) == ("", "stop")
 
 
 @pytest.mark.parametrize("body, param, words", [

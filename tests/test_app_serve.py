@@ -43,6 +43,19 @@ def test_a_non_loopback_host_is_refused_without_auth(capsys):
     assert parse_auth("me:pa:ss") == ("me", "pa:ss")
 
 
+def test_a_port_in_use_is_one_clear_line_not_a_traceback(capsys, tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port), "--no-browser", "--db", str(tmp_path / "s.db"),
+                     "--allow-no-model"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "--port" in err and "Traceback" not in err
+
+
 def test_the_model_catalog_offers_command_line_and_models_dir_pairs(tmp_path):
     for name in ("qwen-8b", "mimo"):
         (tmp_path / name / "target").mkdir(parents=True)

@@ -341,3 +341,13 @@ def test_the_compare_table_has_no_empty_column():
     assert all(len(re.findall(r"<td>", row)) == 5 for row in re.findall(r"<tr><td>.*?</tr>", page))
     failed = compare_html(Comparison(stored, Run("plain", error="out of memory"), None, 0.0))
     assert "<th>error</th>" in failed and "out of memory" in failed
+
+
+def test_a_device_torch_cannot_use_is_one_clear_line(capsys):
+    import torch
+
+    devices = ["foo"] + ([] if torch.cuda.is_available() else ["cuda"])
+    for device in devices:
+        assert main(["generate", "--device", device, "--max-new-tokens", "4", "hi"]) == 2, device
+        err = capsys.readouterr().err
+        assert err.startswith("dflash-studio: error: --device ") and device in err and "Traceback" not in err, err

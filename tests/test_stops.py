@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from engine.config import FallbackConfig, SamplingConfig
 from engine.events import Cycle, Finished, Started
 from engine.stops import find_stop, unsafe_tail, with_stops
@@ -82,3 +84,21 @@ def test_healing_matches_how_the_tokenizer_merges_a_line_break_with_indentation(
     tok = AutoTokenizer.from_pretrained(str(target_dir))
     pieces = [tok.decode([i]) for i in tok("def f(a):\n    return a")["input_ids"]]
     assert "\n" not in pieces and any(p.startswith("\n ") for p in pieces)
+
+
+def test_messages_a_chat_template_refuses_are_a_named_request_error():
+    """Strict templates ("roles must alternate") raise while rendering: that is the user's input,
+    so a clear InvalidRequestError (a 400 from the API, a toast in the app), never a server error."""
+    from transformers import AutoTokenizer
+
+    from engine.errors import InvalidRequestError
+    from engine.loading import embedded_pair
+    from engine.prompts import encode_prompt
+
+    tok = AutoTokenizer.from_pretrained(str(embedded_pair()[0]))
+    tok.chat_template = ("{% for m in messages %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+                         "{{ raise_exception('Conversation roles must alternate user/assistant') }}{% endif %}"
+                         "{{ m['content'] }}{% endfor %}")
+    assert encode_prompt(tok, [{"role": "user", "content": "hi"}])
+    with pytest.raises(InvalidRequestError, match="roles must alternate"):
+        encode_prompt(tok, [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])

@@ -103,6 +103,23 @@ def test_import_from_stdin(capsys, db_path, tmp_path, monkeypatch):
         0, "imported 2 sessions from stdin: 2 new (+3 messages)\n")
 
 
+def test_exports_saved_by_windows_tools_import(capsys, db_path, tmp_path):
+    """Notepad may add a UTF-8 byte-order mark; PowerShell 5's `>` writes UTF-16."""
+    code, out, _ = run(capsys, "sessions", "export", "1", "--db", str(db_path))
+    for name, data in (("bom.json", b"\xef\xbb\xbf" + out.encode()), ("utf16.json", out.encode("utf-16"))):
+        (tmp_path / name).write_bytes(data)
+        assert run(capsys, "sessions", "import", str(tmp_path / name), "--db", str(tmp_path / f"{name}.db"))[:2] == (
+            0, f"imported 1 session from {tmp_path / name}: 1 new (+2 messages)\n"), name
+    (tmp_path / "latin1.json").write_bytes('{"title": "caf\u00e9"}'.encode("latin-1"))
+    code, out, err = run(capsys, "sessions", "import", str(tmp_path / "latin1.json"), "--db", str(db_path))
+    assert (code, out) == (2, "") and "is not UTF-8" in err and "Traceback" not in err
+
+
+def test_a_missing_or_unreadable_bench_prompt_file_is_one_clear_line(capsys):
+    assert main(["bench", "--prompts", "no/such/prompts.jsonl", "--limit", "1"]) == 2
+    assert "cannot read the prompt file no/such/prompts.jsonl" in capsys.readouterr().err
+
+
 def test_bad_import_files_fail_clearly_and_import_nothing(capsys, db_path, tmp_path):
     not_json = tmp_path / "notes.txt"
     not_json.write_text("hello")

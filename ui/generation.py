@@ -141,7 +141,7 @@ def _save_events(ctx: UIContext, request: GenerationRequest, engine, events, out
                     writer.set_content(text)
                     writer.maybe_flush()
                 elif isinstance(event, Finished):
-                    writer.set_content(event.text or text)
+                    writer.set_content(event.text)  # what the client got: a stop string may cut it to ""
                     status = "interrupted" if event.reason == "cancelled" else "complete"
                     writer.finish(status, stats=event_to_dict(event))
                 elif isinstance(event, Failed):  # an engine that went away mid-reply leaves it interrupted

@@ -131,8 +131,7 @@ class UIContext:
 
     def forget_cancel(self, session_id: int, event: threading.Event) -> None:
         with self._lock:
-            events = self._cancels.get(session_id, [])
-            if any(e is event for e in events):
-                events[:] = [e for e in events if e is not event]
+            events = [e for e in self._cancels.get(session_id, ()) if e is not event]
+            self._cancels[session_id] = events
             if not events:
                 self._cancels.pop(session_id, None)

@@ -280,7 +280,7 @@ def check_rename(session_id: int | None, title: str) -> None:
 
 
 def rename(ctx: UIContext, session_id: int | None, title: str, query: str = ""):
-    check_session_selected(session_id)
+    check_rename(session_id, title)
     try:
         ctx.store.rename_session(session_id, title)
     except STORE_ERRORS as exc:

@@ -1,7 +1,7 @@
 """One API request on the engine: stored (or not), queued on the ONE engine worker behind what
 the page and other clients asked for, its events handed to the event loop as they come.
 
-The worker runs ``ui.generation.record_reply``, the same function the page uses, so an API reply
+The worker runs ``service.replies.record_reply``, the same function the page uses, so an API reply
 is recorded exactly like a chat reply (text, every cycle, stats; flushed at least once a second)
 and a reply cut short is kept as 'interrupted'. Cancelling (client gone, or Stop pressed in the
 page on that session) ends the generation at its next cycle boundary.
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import anyio
 
-from ui.generation import DONE, GenerationRequest, record_reply
+from service.replies import DONE, GenerationRequest, record_reply
 
 from .api_requests import ApiRequest
 from .api_sessions import reply_settings, store_request

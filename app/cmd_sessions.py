@@ -13,7 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from storage import DB_PATH_ENV_VAR, SessionStore, StoreError, default_db_path
+from storage import DB_PATH_ENV_VAR, ImportFormatError, SessionStore, StoreError, default_db_path
+from storage.transfer import parse_export
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -76,6 +77,8 @@ def _guarded(command):
             return command(args)
         except StoreError as exc:
             return _fail(str(exc))
+        except BrokenPipeError:
+            raise  # the reader went away (`sessions list | head`): app.cli ends quietly
         except OSError as exc:
             return _fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
 
@@ -184,29 +187,15 @@ def export_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
-def decode_export(data: bytes) -> str:
-    """An export file's text: UTF-8 (a byte-order mark allowed, as Windows editors write it) or
-    UTF-16 with its mark (what PowerShell 5's ``>`` writes)."""
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return data.decode("utf-16")
-    return data.decode("utf-8-sig")
-
-
 def import_sessions(args: argparse.Namespace) -> int:
     if args.file == "-":
-        source, text = "stdin", sys.stdin.read()
+        source, data = "stdin", getattr(sys.stdin, "buffer", sys.stdin).read()
     else:
-        source = args.file
-        try:
-            text = decode_export(Path(args.file).read_bytes())
-        except UnicodeDecodeError:
-            return _fail(f"{source} is not UTF-8 (or UTF-16 with a byte-order mark) text; nothing was imported")
+        source, data = args.file, Path(args.file).read_bytes()
     try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return _fail(f"{source} is not JSON ({exc}); nothing was imported")
-    except RecursionError:
-        return _fail(f"{source} is not an export file (JSON nested too deeply); nothing was imported")
+        document = parse_export(data)
+    except ImportFormatError as exc:
+        return _fail(f"{source} {exc}; nothing was imported")
     with SessionStore(_db_path(args), recover=False) as store:
         results = store.import_document(document)
     print(f"imported {len(results)} session{'s' * (len(results) != 1)} from {source}: {import_summary(results)}")

@@ -8,6 +8,7 @@ is what makes importing the same file twice a no-op.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .cycles import encode_cycle
@@ -24,6 +25,24 @@ EXPORT_VERSION = 1
 
 SESSION_KEYS = ("uuid", "title", "created_at", "updated_at", "model", "settings", "messages")
 MESSAGE_KEYS = ("seq", "role", "created_at", "updated_at") + MESSAGE_EDITABLE_FIELDS + ("cycles",)
+
+
+def parse_export(data: bytes | str) -> Any:
+    """The JSON in an export file, as the page's upload and ``sessions import`` both read it:
+    UTF-8 (a byte-order mark allowed, as Windows editors write it) or UTF-16 with its mark (what
+    PowerShell 5's ``>`` writes). Raises ImportFormatError with the reason, worded to follow the
+    file's name ('notes.txt is not JSON (...)')."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-16") if data.startswith((b"\xff\xfe", b"\xfe\xff")) else data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ImportFormatError("is not UTF-8 (or UTF-16 with a byte-order mark) text") from None
+    try:
+        return json.loads(data.removeprefix("\ufeff"))
+    except json.JSONDecodeError as exc:
+        raise ImportFormatError(f"is not JSON ({exc})") from None
+    except RecursionError:  # JSON nested thousands deep: no export looks like that
+        raise ImportFormatError("is not an export file (JSON nested too deeply)") from None
 
 
 class _Invalid(Exception):

@@ -30,7 +30,7 @@ ALLOWED = {
     "app": {"engine", "storage", "service", "ui"},
 }
 # Single modules of a package a layer may import although the package as a whole is off limits.
-ALLOWED_MODULES = {"ui": {"storage.errors"}}
+ALLOWED_MODULES = {"ui": {"storage.errors", "storage.transfer"}}  # named errors; the export format's pure reader
 MAX_FUNCTION_LINES = 80
 
 

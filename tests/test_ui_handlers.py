@@ -459,6 +459,23 @@ def test_import_restores_an_exported_session_once_and_refuses_bad_files(ctx, eng
     assert ctx.store.count_sessions() == 1  # nothing written
 
 
+def test_the_page_imports_what_windows_tools_save_like_the_cli_does(ctx, engine, tmp_path):
+    """The page's upload and `sessions import` read files with one reader: a UTF-8 byte-order mark
+    (Notepad) or UTF-16 (PowerShell 5's `>`) imports, other encodings are refused by name."""
+    engine.enqueue("the reply")
+    session_id, _ = send(ctx, "keep me")
+    run(ctx, session_id)
+    text = json.dumps(ctx.store.export_session(session_id), ensure_ascii=False)
+    for name, data in (("bom.json", b"\xef\xbb\xbf" + text.encode()), ("utf16.json", text.encode("utf-16"))):
+        h.confirm_delete(ctx, ctx.store.list_sessions()[0]["id"])
+        (tmp_path / name).write_bytes(data)
+        restored = h.import_sessions(ctx, str(tmp_path / name))["session"]
+        assert [m["content"] for m in ctx.store.get_messages(restored)] == ["keep me", "the reply"], name
+    (tmp_path / "latin1.json").write_bytes(text.replace("keep me", "café").encode("latin-1", errors="replace"))
+    with pytest.raises(gr.Error, match="latin1.json is not UTF-8"):
+        h.import_sessions(ctx, str(tmp_path / "latin1.json"))
+
+
 # ============================================================================ while a reply runs elsewhere
 
 

@@ -23,6 +23,8 @@ from engine.config import FallbackConfig, SamplingConfig
 from engine.errors import DFlashError, PromptTooLongError, check_prompt_text
 from engine.interface import capabilities_of
 from engine.prompts import heal_code_prompt
+from storage.errors import ImportFormatError
+from storage.transfer import parse_export
 
 from . import charts
 from .context import STORE_ERRORS, UIContext
@@ -362,11 +364,11 @@ def check_import(ctx: UIContext, upload) -> tuple[Path, dict]:
         raise gr.Error("Choose an exported .json file to import.")
     path = Path(upload if isinstance(upload, str) else getattr(upload, "name", upload))
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise gr.Error(f"{path.name} is not an export file (not JSON: {exc}); nothing was imported.") from None
-    except RecursionError:  # JSON nested thousands deep: no export looks like that
-        raise gr.Error(f"{path.name} is not an export file (nested too deeply); nothing was imported.") from None
+        document = parse_export(path.read_bytes())  # the CLI's reader: a byte-order mark or UTF-16 is fine
+    except OSError as exc:
+        raise gr.Error(f"{path.name} could not be read ({exc.strerror or exc}); nothing was imported.") from None
+    except ImportFormatError as exc:
+        raise gr.Error(f"{path.name} {exc}; nothing was imported.") from None
     try:
         sessions = ctx.store.check_document(document)
     except STORE_ERRORS as exc:

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
+from engine.files import write_text_atomically
 from storage import DB_PATH_ENV_VAR, ImportFormatError, SessionStore, StoreError, default_db_path
 from storage.transfer import parse_export
 
@@ -156,19 +155,6 @@ def show_session(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Write a whole file or nothing: a temporary file in the same directory, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
 def export_sessions(args: argparse.Namespace) -> int:
     store = _open_existing(args)
     if store is None:
@@ -181,7 +167,7 @@ def export_sessions(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
     else:
-        _write_atomically(args.output, text)
+        write_text_atomically(args.output, text)
         count = len(document["sessions"])
         print(f"exported {count} session{'s' * (count != 1)} to {args.output}", file=sys.stderr)
     return 0

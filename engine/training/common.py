@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from engine.files import write_atomically, write_text_atomically
 
 
 def set_seed(seed: int) -> torch.Generator:
@@ -124,11 +125,7 @@ class JsonlLog:
 
 def save_checkpoint(path: Path, state: dict) -> None:
     """Atomic torch.save (write then rename), so an interrupted save never corrupts a resume."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    write_atomically(path, lambda temporary: torch.save(state, temporary))
 
 
 def load_checkpoint(path: Path) -> dict | None:
@@ -139,11 +136,7 @@ def load_checkpoint(path: Path) -> dict | None:
 
 
 def write_json(path: Path, obj) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_text_atomically(path, json.dumps(obj, indent=2) + "\n")
 
 
 class Progress:

@@ -1,0 +1,30 @@
+"""Writing a file whole or not at all, for everything the project saves outside its database
+(session exports, training checkpoints, run summaries): an interrupted write must never leave a
+half file where a good one was, because a resume or an import would then read it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+def write_atomically(path: Path | str, write: Callable[[Path], None]) -> None:
+    """``write(temporary)`` fills a temporary file in the same directory, which then replaces
+    ``path`` in one rename; on any error the temporary file goes and ``path`` is untouched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    temporary = Path(name)
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomically(path: Path | str, text: str) -> None:
+    write_atomically(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))

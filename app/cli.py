@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Each module defines register(subparsers) and sets a ``func`` default on its parser.
@@ -51,13 +52,26 @@ def main(argv: list[str] | None = None) -> int:
     from engine.errors import DFlashError
 
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return status
     except DFlashError as exc:
         print(f"dflash-studio: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("dflash-studio: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return closed_pipe()
+
+
+def closed_pipe() -> int:
+    """The reader of our output went away (``sessions list | head``): stop quietly, as Python's
+    docs advise (signal module, "Note on SIGPIPE"): point stdout at devnull so that the flush at
+    exit does not raise again, and exit 1 as the shell expects of a cut pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 1
 
 
 if __name__ == "__main__":

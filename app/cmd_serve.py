@@ -114,11 +114,21 @@ def _serve_until_closed(studio, loading, args, **overrides) -> None:
         where = f"{kwargs['server_name'] or '127.0.0.1'}:{kwargs['server_port']}" if kwargs.get("server_port") else "any port from 7860"
         raise InvalidRequestError(f"cannot listen on {where} (in use?): choose another with --port, "
                                   f"or stop what listens there ({exc.__class__.__name__})") from None
+    print(addresses(studio.demo.local_url, studio.api is not None), flush=True)
     if not args.allow_no_model:
         try:
             loading.result()
         except BaseException:
             raise_load_error(loading)
+
+
+def addresses(page_url: str, api: bool) -> str:
+    """What the server prints once it listens: the page, and the base URL an editor takes."""
+    page = page_url.rstrip("/")
+    lines = [f"dflash-studio: the page:  {page}/"]
+    if api:
+        lines.append(f"dflash-studio: OpenAI-compatible API base URL:  {page}/v1")
+    return "\n".join(lines)
 
 
 def run_serve(args) -> int:

@@ -83,8 +83,9 @@ def resolve(source: str, what: str) -> Path:
     if path.exists():
         raise CheckpointError(f"{what} {source} is a file; give the checkpoint's directory")
     parts = source.strip("/").split("/")
-    if len(parts) < 2 or source.startswith((".", "/", "~")):
-        raise CheckpointError(f"{what} not found: {source} (no such directory)")
+    # A path whose first folder is here (assets/models/…) is a local path with a typo, not a hub id.
+    if len(parts) < 2 or source.startswith((".", "/", "~")) or Path(parts[0]).is_dir():
+        raise CheckpointError(f"{what} not found: {source} (no such directory{_did_you_mean(path)})")
     repo_id, subfolder = "/".join(parts[:2]), "/".join(parts[2:])
     try:
         from huggingface_hub import snapshot_download
@@ -100,6 +101,22 @@ def resolve(source: str, what: str) -> Path:
     if not local.is_dir():
         raise CheckpointError(f"{what} {source!r}: no folder {subfolder!r} in {repo_id}")
     return local
+
+
+def _did_you_mean(path: Path) -> str:
+    """"; did you mean assets/models/tiny-coder-requests/target?": the closest name in the
+    deepest folder of ``path`` that exists, with the rest of the path after it."""
+    import difflib
+
+    missing = path
+    while missing.parent != missing and not missing.parent.is_dir():
+        missing = missing.parent
+    folder = missing.parent
+    if missing == folder:
+        return ""
+    names = [child.name for child in folder.iterdir() if child.is_dir()]
+    close = difflib.get_close_matches(missing.name, names, n=1, cutoff=0.75)
+    return f"; did you mean {folder / close[0] / path.relative_to(missing)}?" if close else ""
 
 
 def load_target(directory: Path, device: torch.device, dtype: torch.dtype):

@@ -103,9 +103,15 @@ def m002_listing_and_recovery_indexes(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX idx_messages_status ON messages (status)")
 
 
+def m003_preferences(db: sqlite_utils.Database) -> None:
+    """The user's preferences by name (a JSON value each): the settings a new session starts from."""
+    db.execute("CREATE TABLE preferences (name TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at TEXT NOT NULL)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     ("m001_sessions_messages_cycles", m001_sessions_messages_cycles),
     ("m002_listing_and_recovery_indexes", m002_listing_and_recovery_indexes),
+    ("m003_preferences", m003_preferences),
 )
 
 

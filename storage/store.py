@@ -282,6 +282,21 @@ class SessionStore:
         """How many sessions there are."""
         return self._scalar("SELECT count(*) FROM sessions")
 
+    def get_preference(self, name: str) -> dict | None:
+        """A saved preference (a dict), or None when none was saved under ``name``."""
+        rows = self._query("SELECT value FROM preferences WHERE name = ?", [name])
+        return settings_from_json(rows[0]["value"]) if rows else None
+
+    def set_preference(self, name: str, value: dict | None) -> None:
+        """Save a preference (a JSON-able dict); None forgets it."""
+        with self._write() as db:
+            if value is None:
+                db.execute("DELETE FROM preferences WHERE name = ?", [name])
+            else:
+                db.execute("INSERT INTO preferences (name, value, updated_at) VALUES (?, ?, ?) ON CONFLICT(name) "
+                           "DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                           [name, settings_to_json(value), self._now()])
+
     def search_sessions(self, query: str, limit: int | None = 200) -> list[Session]:
         """Sessions whose title or any message contains ``query`` (case-insensitive for ASCII)."""
         if not query.strip():

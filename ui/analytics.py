@@ -69,8 +69,9 @@ def _mark_loose_code_lines(text: str, mask: list[bool]) -> None:
 
 
 def cycle_regions(content: str, cycles: list[dict], mode: str = "chat") -> list[str]:
-    """Where each cycle's tokens landed: "code" (mostly inside code fences) or "prose"."""
-    mask = code_mask(content, mode)
+    """Where each cycle's tokens landed: "code" (mostly in code: fenced, or lines that read as
+    code, or anywhere in a reply that is bare code) or "prose"."""
+    mask = code_mask(content, "complete" if mode == "complete" or bare_code(content) else mode, loose=True)
     pos = len(first_text(content, cycles))
     regions, last = [], "prose"
     for cycle in cycles:

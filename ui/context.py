@@ -43,7 +43,7 @@ class Defaults:
     temperature: float = 0.0
     top_p: float = 1.0
     fallback: bool = True  # dynamic fallback starts on; the toggle turns it off
-    show_rejected: bool = True
+    show_rejected: bool = False  # rejected drafts on demand: shown inline they break the code's reading
     max_block_size: int = MAX_BLOCK_SIZE  # the block-size slider's end
 
 

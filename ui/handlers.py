@@ -29,6 +29,7 @@ from storage.transfer import parse_export
 from . import charts
 from .context import STORE_ERRORS, UIContext
 from .generation import GenerationRequest, stream_reply
+from .named import refused
 from .render import assistant_markdown, esc, render_token_view, stats_html, user_markdown
 from .trace import ReplyTrace
 
@@ -51,7 +52,12 @@ PENDING = {"role": "assistant", "content": "…"}  # the reply bubble shown unti
 # ============================================================================ settings
 
 
-def default_settings(ctx: UIContext) -> dict:
+DEFAULTS_PREFERENCE = "new_session_settings"  # the preferences row that holds the saved defaults
+
+
+def startup_settings(ctx: UIContext) -> dict:
+    """The defaults the app was started with (``serve --max-new-tokens/--block-size/--fallback``;
+    the block size is the draft's own unless given)."""
     d = ctx.defaults
     engine = ctx.engines.engine
     block = d.block_size or (engine.block_size if engine is not None else 8)
@@ -59,12 +65,69 @@ def default_settings(ctx: UIContext) -> dict:
             "max_new_tokens": d.max_new_tokens, "fallback": d.fallback, "show_rejected": d.show_rejected}
 
 
+def saved_defaults(ctx: UIContext) -> dict:
+    """The defaults saved on the page (*Save as defaults*, a row in the session database), or {}
+    when none were saved or they no longer pass the checks (a smaller maximum block size now)."""
+    try:
+        saved = ctx.store.get_preference(DEFAULTS_PREFERENCE) or {}
+        settings = settings_from_controls(*(saved[key] for key in SETTING_KEYS))
+        check_settings(ctx, settings)
+    except (*STORE_ERRORS, KeyError, gr.Error):
+        return {}
+    return settings
+
+
+def default_settings(ctx: UIContext) -> dict:
+    """What a new session starts from: the saved defaults, else the start-up ones. Only the
+    page's *Save as defaults* changes them: a session's settings (the page's or an API
+    request's) stay with that session."""
+    return saved_defaults(ctx) or startup_settings(ctx)
+
+
+def defaults_note(ctx: UIContext) -> str:
+    """Where a new session's settings come from, in one line under the settings."""
+    d = default_settings(ctx)
+    figures = (f"block {d['block_size']} · temperature {d['temperature']:g} · top-p {d['top_p']:g} · "
+               f"{d['max_new_tokens']} new tokens · fallback {'on' if d['fallback'] else 'off'} · "
+               f"rejected drafts {'shown' if d['show_rejected'] else 'hidden'}")
+    source = ("saved on this page (*Save as defaults*; *Reset* goes back to the start-up options)"
+              if saved_defaults(ctx) else
+              "the start-up options (`dflash-studio serve --block-size N --max-new-tokens N --no-fallback`; "
+              "*Save as defaults* keeps the settings shown instead)")
+    return f"New sessions start with {figures}: {source}."
+
+
+def save_defaults(ctx: UIContext, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> str:
+    """*Save as defaults*: the settings shown become what new sessions start from."""
+    settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
+    check_settings(ctx, settings)
+    try:
+        ctx.store.set_preference(DEFAULTS_PREFERENCE, settings)
+    except STORE_ERRORS as exc:
+        raise refused(f"Cannot save the defaults: {exc}") from None
+    gr.Info("Saved: new sessions start with these settings.")
+    return defaults_note(ctx)
+
+
+def reset_defaults(ctx: UIContext, session_id: int | None) -> dict:
+    """*Reset*: forget the saved defaults (new sessions start from the start-up options again);
+    a page that shows no session yet shows them at once."""
+    try:
+        ctx.store.set_preference(DEFAULTS_PREFERENCE, None)
+    except STORE_ERRORS as exc:
+        raise refused(f"Cannot reset the defaults: {exc}") from None
+    view = {"defaults_note": defaults_note(ctx)}
+    if session_id is None:
+        view.update(settings_outputs(ctx, None))
+    return view
+
+
 def settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
     def number(value, cast, name):
         try:
             return cast(value)
         except (TypeError, ValueError):
-            raise gr.Error(f"{name} must be a number (got {value!r})") from None
+            raise refused(f"{name} must be a number (got {value!r})") from None
 
     return {
         "block_size": number(block_size, int, "block size"),
@@ -85,13 +148,13 @@ def check_settings(ctx: UIContext, settings: dict, prompt=None, raw: bool = Fals
     try:
         sampling.validate(max_block_size=ctx.defaults.max_block_size)
     except DFlashError as exc:
-        raise gr.Error(f"Invalid settings: {exc}") from None
+        raise refused(f"Invalid settings: {exc}") from None
     engine = ctx.engines.engine
     if prompt is not None and engine is not None:  # no model yet: the worker refuses it once loaded
         try:
             engine.check_request(engine.encode(prompt, raw=raw), sampling)
         except DFlashError as exc:
-            raise gr.Error(refusal_text(exc)) from None
+            raise refused(refusal_text(exc)) from None
     return sampling, FallbackConfig(enabled=settings["fallback"])
 
 
@@ -106,7 +169,21 @@ def settings_outputs(ctx: UIContext, settings: dict | None) -> dict:
 
 def session_choices(ctx: UIContext, query: str = "") -> list[tuple[str, int]]:
     sessions = ctx.store.search_sessions(query) if query and query.strip() else ctx.store.list_sessions()
-    return [(s["title"], s["id"]) for s in sessions]
+    return distinct_labels([(s["title"], s["id"]) for s in sessions])
+
+
+def distinct_labels(choices: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Sessions that share a title are told apart by number, oldest first: "def add(a, b):",
+    "def add(a, b): (2)" … (the same prompt sent twice made identical, indistinguishable rows)."""
+    by_title: dict[str, list[int]] = {}
+    for title, session_id in choices:
+        by_title.setdefault(title, []).append(session_id)
+    labels = []
+    for title, session_id in choices:
+        ids = sorted(by_title[title])
+        n = ids.index(session_id) + 1
+        labels.append((title if len(ids) == 1 or n == 1 else f"{title} ({n})", session_id))
+    return labels
 
 
 NEW_SESSION_ENTRY = ("✎ New session (saved when you send)", 0)  # 0 is never a session id
@@ -166,6 +243,23 @@ def reply_charts(trace: ReplyTrace) -> dict:
             "position_chart": charts.plot(charts.position_chart(trace.per_position_acceptance()))}
 
 
+def tab_figures(ctx: UIContext, session_id: int | None, mode: str = "chat") -> dict:
+    """The figures under the conversation when a tab is shown (``REPLY_FIGURES``): that tab's
+    latest reply in this session (a chat reply on Chat, a completion on Complete), else empty,
+    so that the Complete tab never shows the last chat reply's tokens and stats as its own."""
+    replies = []
+    if session_id is not None:
+        try:
+            replies = [m for m in ctx.store.get_messages(session_id) if m["role"] == "assistant" and m["kind"] == mode]
+        except STORE_ERRORS:
+            replies = []
+    if replies:
+        return reply_outputs(stored_trace(ctx, replies[-1]), mode)
+    hint = ("Continue some code: every token the model writes appears here, coloured by what DFlash did to it."
+            if mode == "complete" else "")
+    return {**reply_outputs(None, mode), "token_view": render_token_view(None, mode, placeholder=hint)}
+
+
 def stored_trace(ctx: UIContext, message: dict) -> ReplyTrace:
     return ReplyTrace.from_stored(message["content"], ctx.store.get_cycles(message["id"]), message)
 
@@ -191,8 +285,8 @@ def session_view(ctx: UIContext, session_id: int | None, query: str = "") -> dic
             "sessions": session_list(ctx, session_id, query), "title": session["title"] if session else "",
             **reply_outputs(trace, mode), "session_chart": charts.plot(charts.session_chart(session_stats)),
             "streaming": None}
-    if session:
-        view.update(settings_outputs(ctx, session["settings"]))
+    # a session's own settings; a page with no session yet (+ New session) starts from the defaults
+    view.update(settings_outputs(ctx, session["settings"] if session else None))
     return view
 
 
@@ -246,10 +340,7 @@ def on_load(ctx: UIContext, remembered: int | None) -> dict:
     if session_id is None:
         latest = ctx.store.list_sessions(limit=1)
         session_id = latest[0]["id"] if latest else None
-    view = session_view(ctx, session_id)
-    if session_id is None:  # no session yet: show the defaults
-        view.update(settings_outputs(ctx, None))
-    return {**view, "page": secrets.token_hex(8)}
+    return {**session_view(ctx, session_id), "page": secrets.token_hex(8)}
 
 
 def select_session(ctx: UIContext, session_id, query: str = "", page: str | None = None) -> dict:
@@ -271,14 +362,14 @@ def search(ctx: UIContext, query: str, session_id: int | None):
 def check_session_selected(session_id: int | None) -> None:
     """Rename, Delete and Export need a session (see ``check_send`` for why it is an event of its own)."""
     if session_id is None:
-        raise gr.Error("No session selected: send a message first.")
+        raise refused("No session selected: send a message first.")
 
 
 def check_rename(session_id: int | None, title: str) -> None:
     """What can refuse Rename: no session, or a blank title (see ``check_send``)."""
     check_session_selected(session_id)
     if not isinstance(title, str) or not title.strip():
-        raise gr.Error("A session title cannot be empty.")
+        raise refused("A session title cannot be empty.")
 
 
 def rename(ctx: UIContext, session_id: int | None, title: str, query: str = ""):
@@ -286,7 +377,7 @@ def rename(ctx: UIContext, session_id: int | None, title: str, query: str = ""):
     try:
         ctx.store.rename_session(session_id, title)
     except STORE_ERRORS as exc:
-        raise gr.Error(f"Cannot rename: {exc}") from None
+        raise refused(f"Cannot rename: {exc}") from None
     gr.Info("Session renamed.")
     return session_list(ctx, session_id, query)
 
@@ -303,7 +394,7 @@ def confirm_delete(ctx: UIContext, session_id: int | None, page: str | None = No
         try:
             ctx.store.delete_session(session_id)
         except STORE_ERRORS as exc:
-            raise gr.Error(f"Cannot delete: {exc}") from None
+            raise refused(f"Cannot delete: {exc}") from None
         _note_pending_wipe(ctx)
     latest = ctx.store.list_sessions(limit=1)
     return {"confirm_row": gr.Row(visible=False), **session_view(ctx, latest[0]["id"] if latest else None)}
@@ -322,7 +413,7 @@ def cancel_delete():
 def check_any_session(ctx: UIContext) -> int:
     count = ctx.store.count_sessions()
     if count == 0:
-        raise gr.Error("There are no sessions to delete.")
+        raise refused("There are no sessions to delete.")
     return count
 
 
@@ -342,7 +433,7 @@ def confirm_delete_all(ctx: UIContext, page: str | None = None) -> dict:
     try:
         count = ctx.store.delete_all_sessions()
     except STORE_ERRORS as exc:
-        raise gr.Error(f"Cannot delete: {exc}") from None
+        raise refused(f"Cannot delete: {exc}") from None
     gr.Info(f"Deleted {count} session{'s' * (count != 1)}.")
     _note_pending_wipe(ctx)
     return {"confirm_all_row": gr.Row(visible=False), **session_view(ctx, None)}
@@ -361,20 +452,20 @@ def export(ctx: UIContext, session_id: int | None):
 def check_import(ctx: UIContext, upload) -> tuple[Path, dict]:
     """An import file is read and checked whole before anything is written (see ``check_send``)."""
     if upload is None:
-        raise gr.Error("Choose an exported .json file to import.")
+        raise refused("Choose an exported .json file to import.")
     path = Path(upload if isinstance(upload, str) else getattr(upload, "name", upload))
     try:
         document = parse_export(path.read_bytes())  # the CLI's reader: a byte-order mark or UTF-16 is fine
     except OSError as exc:
-        raise gr.Error(f"{path.name} could not be read ({exc.strerror or exc}); nothing was imported.") from None
+        raise refused(f"{path.name} could not be read ({exc.strerror or exc}); nothing was imported.") from None
     except ImportFormatError as exc:
-        raise gr.Error(f"{path.name} {exc}; nothing was imported.") from None
+        raise refused(f"{path.name} {exc}; nothing was imported.") from None
     try:
         sessions = ctx.store.check_document(document)
     except STORE_ERRORS as exc:
-        raise gr.Error(f"{path.name} was not imported: {exc}") from None
+        raise refused(f"{path.name} was not imported: {exc}") from None
     if not sessions:
-        raise gr.Error(f"{path.name} holds no sessions; nothing was imported.")
+        raise refused(f"{path.name} holds no sessions; nothing was imported.")
     return path, document
 
 
@@ -386,7 +477,7 @@ def import_sessions(ctx: UIContext, upload, page: str | None = None) -> dict:
     try:
         results = ctx.store.import_document(document)
     except STORE_ERRORS as exc:
-        raise gr.Error(f"{path.name} was not imported: {exc}") from None
+        raise refused(f"{path.name} was not imported: {exc}") from None
     gr.Info(import_summary(results))
     ctx.leave_stream(page)
     return session_view(ctx, results[0].session_id)
@@ -461,7 +552,7 @@ def _store_prompt(ctx: UIContext, session_id: int | None, text: str, kind: str, 
             ctx.store.update_session_settings(session_id, settings)
         ctx.store.add_message(session_id, "user", text, kind=kind, settings=settings)
     except STORE_ERRORS as exc:
-        raise gr.Error(f"Could not save the message: {exc}") from None
+        raise refused(f"Could not save the message: {exc}") from None
     ctx.mark_request(session_id)
     return session_id
 
@@ -471,7 +562,7 @@ def _prompt_text(text) -> str:
     try:
         return check_prompt_text(text)
     except DFlashError as exc:
-        raise gr.Error(_sentence(str(exc))) from None
+        raise refused(_sentence(str(exc))) from None
 
 
 def _sentence(message: str) -> str:
@@ -494,7 +585,7 @@ def _check_no_reply_waiting(ctx: UIContext, session_id: int | None, messages: li
     """A reply that waits for the engine (a model loading, another reply running) has no stored
     row yet: a message, regenerate or edit now would be stored before it and answered out of order."""
     if messages and messages[-1]["role"] == "user" and ctx.reply_pending(session_id):
-        raise gr.Error("The last message is still waiting for the engine: wait until its reply starts "
+        raise refused("The last message is still waiting for the engine: wait until its reply starts "
                        "(or stop it) and try again.")
 
 
@@ -502,7 +593,7 @@ def _messages(ctx: UIContext, session_id: int) -> list[dict]:
     try:
         return ctx.store.get_messages(session_id)
     except STORE_ERRORS:
-        raise gr.Error("This session was deleted (in another tab?); pick or start another one.") from None
+        raise refused("This session was deleted (in another tab?); pick or start another one.") from None
 
 
 def accept_send(ctx: UIContext, session_id: int | None, text: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
@@ -578,7 +669,7 @@ def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top
     ``streaming`` is the id of the reply this page streams (and has shown whole once it ends), so
     that ``live_refresh`` leaves it alone."""
     if session_id is None:
-        raise gr.Error("No session: send a message first.")
+        raise refused("No session: send a message first.")
     settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
     sampling, fallback = check_settings(ctx, settings)
     settings["model"] = ctx.engines.current_key
@@ -588,7 +679,7 @@ def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top
     try:
         messages = ctx.store.get_messages(session_id)
     except STORE_ERRORS as exc:
-        raise gr.Error(str(exc)) from None
+        raise refused(str(exc)) from None
     if not messages or messages[-1]["role"] != "user":  # e.g. a second request for one message
         gr.Warning("Nothing to answer: the last message already has a reply.")
         return
@@ -665,13 +756,13 @@ def stop(ctx: UIContext, session_id: int | None) -> None:
 def check_regenerate(ctx: UIContext, session_id: int | None) -> list[dict]:
     """What can refuse Regenerate (see ``check_send``); returns the user messages."""
     if session_id is None:
-        raise gr.Error("No session selected.")
+        raise refused("No session selected.")
     messages = _messages(ctx, session_id)
     users = [m for m in messages if m["role"] == "user"]
     if not users:
-        raise gr.Error("Nothing to regenerate yet.")
+        raise refused("Nothing to regenerate yet.")
     if messages[-1]["role"] == "assistant" and messages[-1]["status"] == "streaming":
-        raise gr.Error("A reply is still being generated: stop it first.")
+        raise refused("A reply is still being generated: stop it first.")
     _check_no_reply_waiting(ctx, session_id, messages)
     return users
 
@@ -689,15 +780,15 @@ def check_edit(ctx: UIContext, session_id: int | None, message_ids: list[int], e
     """What can refuse an edit (see ``check_send``): (user messages, the edited one, its new text)."""
     index = evt.index if isinstance(evt.index, int) else evt.index[0]
     if session_id is None or not 0 <= index < len(message_ids):
-        raise gr.Error("That message is not in this session any more; reload the page.")
+        raise refused("That message is not in this session any more; reload the page.")
     messages = _messages(ctx, session_id)
     users = [m for m in messages if m["role"] == "user"]
     edited = next((m for m in users if m["id"] == message_ids[index]), None)
     if edited is None:
-        raise gr.Error("Only your own messages can be edited.")
+        raise refused("Only your own messages can be edited.")
     text = _prompt_text(edited_text(evt.value, edited["kind"]))
     if messages[-1]["role"] == "assistant" and messages[-1]["status"] == "streaming":
-        raise gr.Error("A reply is still being generated: stop it first.")
+        raise refused("A reply is still being generated: stop it first.")
     _check_no_reply_waiting(ctx, session_id, messages)
     return users, edited, text
 
@@ -719,7 +810,7 @@ def edit_message(ctx: UIContext, session_id: int | None, message_ids: list[int],
             gr.Info("You edited an earlier message: the conversation continues in a copy of this session "
                     "(the original keeps the later messages).")
     except STORE_ERRORS as exc:
-        raise gr.Error(f"Could not save the edit: {exc}") from None
+        raise refused(f"Could not save the edit: {exc}") from None
     ctx.mark_request(session_id)
     view = session_view(ctx, session_id)
     return {**view, "chat": view["chat"] + [PENDING]}

@@ -24,7 +24,6 @@ from .teach import build_teach_tab
 
 HERE = Path(__file__).resolve().parent
 BROWSER_KEY = "dflash-studio-session"
-EXAMPLE_CODE = 'def is_prime(n):\n    """Return True if n is a prime number."""\n'
 # Esc stops the reply being generated (as in text-generation-webui).
 KEYBOARD_JS = """
 () => {
@@ -33,10 +32,11 @@ KEYBOARD_JS = """
   });
 }
 """
+# Rejected drafts are hidden unless the box is ticked (studio.css): code reads as the target wrote it.
 SHOW_REJECTED_JS = """
 (show) => {
   const view = document.getElementById('token-view');
-  if (view) { view.classList.toggle('hide-rejected', !show); }
+  if (view) { view.classList.toggle('show-rejected', !!show); }
   return [];
 }
 """
@@ -108,7 +108,7 @@ def _sessions_column(c: SimpleNamespace) -> None:
 
 def _conversation_column(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     with gr.Tabs():
-        with gr.Tab("Chat", elem_id="chat-tab"):
+        with gr.Tab("Chat", elem_id="chat-tab") as c.chat_tab:
             c.chat = gr.Chatbot(elem_id="chat", height=430, editable="user", buttons=["copy", "copy_all"],
                                 show_label=False, feedback_options=None,
                                 placeholder="Ask the local coder for some code. Replies stream one verified block at a time.")
@@ -120,15 +120,16 @@ def _conversation_column(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) ->
                 c.send = gr.Button("Send", variant="primary", elem_id="send", scale=1, min_width=70)
                 c.stop = gr.Button("Stop", variant="stop", elem_id="stop", scale=1, min_width=70)
             c.regenerate = gr.Button("↻ Regenerate last reply", size="sm", elem_id="regenerate")
-        with gr.Tab("Complete", elem_id="complete-tab"):
-            c.code = gr.Code(value=EXAMPLE_CODE, language="python", lines=14, interactive=True,
+        with gr.Tab("Complete", elem_id="complete-tab") as c.complete_tab:
+            # Empty: the grey example in it is a placeholder drawn by studio.css, not text.
+            c.code = gr.Code(value="", language="python", lines=14, interactive=True,
                              elem_id="code-editor", label="Code: the model continues it as raw text")
             with gr.Row():
                 c.complete = gr.Button("Continue the code", variant="primary", elem_id="complete")
                 c.complete_stop = gr.Button("Stop", variant="stop", elem_id="complete-stop")
         with gr.Tab("Teach", elem_id="teach") as teach_tab:
             c.teach = build_teach_tab(ctx, demo, teach_tab, chat_session=c.remembered)
-    c.stats = gr.HTML(stats_html(None), elem_id="stats")
+    c.stats = gr.HTML(stats_html(None), elem_id="stats")  # the figures of the tab shown (Chat or Complete)
     c.token_view = gr.HTML(render_token_view(None), elem_id="token-view")
 
 
@@ -150,6 +151,10 @@ def _settings_column(ctx: UIContext, c: SimpleNamespace) -> None:
                                      elem_id="fallback-toggle")
             c.show_rejected = gr.Checkbox(value=defaults["show_rejected"], label="Show rejected drafts",
                                           elem_id="show-rejected")
+        c.defaults_note = gr.Markdown(h.defaults_note(ctx), elem_id="defaults-note")
+        with gr.Row():
+            c.save_defaults = gr.Button("Save as defaults", size="sm", elem_id="save-defaults")
+            c.reset_defaults = gr.Button("Reset defaults", size="sm", elem_id="reset-defaults")
     c.acceptance_chart = gr.Plot(elem_id="acceptance-chart", show_label=False)
     c.session_chart = gr.Plot(elem_id="session-chart", show_label=False)
     with gr.Row():
@@ -231,8 +236,22 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     gr.on([control.input for control in c.controls], partial(h.save_settings, ctx), [c.session, *c.controls], None,
           api_visibility="undocumented")
     c.show_rejected.change(None, [c.show_rejected], None, js=SHOW_REJECTED_JS)
+    _wire_defaults_and_tabs(ctx, c, outputs)
     picked = outputs("model", *h.MODEL_STATUS)
     c.model.input(picked.wrap(partial(h.pick_model, ctx)), [c.model], picked.components, api_name="pick_model")
+
+
+def _wire_defaults_and_tabs(ctx: UIContext, c: SimpleNamespace, outputs) -> None:
+    """*Save as defaults* / *Reset defaults* (what new sessions start from), and the figures under
+    the conversation when a tab is shown: that tab's own latest reply."""
+    c.save_defaults.click(partial(h.save_defaults, ctx), c.controls, c.defaults_note, api_name="save_defaults")
+    reset = outputs("defaults_note", *h.SETTING_KEYS)
+    c.reset_defaults.click(reset.wrap(partial(h.reset_defaults, ctx)), [c.session], reset.components,
+                           api_name="reset_defaults")
+    figures = outputs(*h.REPLY_FIGURES)
+    for tab, mode in ((c.chat_tab, "chat"), (c.complete_tab, "complete")):
+        tab.select(figures.wrap(partial(h.tab_figures, ctx, mode=mode)), [c.session], figures.components,
+                   api_visibility="undocumented")
 
 
 def _wire_sessions(ctx: UIContext, c: SimpleNamespace, outputs, view: Outputs) -> None:

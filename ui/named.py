@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -53,6 +54,14 @@ class Outputs:
         target = fn.func if isinstance(fn, functools.partial) else fn
         handler.__name__ = getattr(target, "__name__", "handler")
         return handler
+
+
+def refused(message: str) -> gr.Error:
+    """A refusal (bad input, nothing to do): one toast on the page and one line on the server's
+    console, ``dflash-studio: refused: …``. Gradio prints a whole traceback for an error unless
+    told not to, and a refusal is not a fault of the server."""
+    print(f"dflash-studio: refused: {message}", file=sys.stderr, flush=True)
+    return gr.Error(message, print_exception=False)
 
 
 def components_of(namespace: Any) -> dict[str, Any]:

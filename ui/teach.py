@@ -25,7 +25,7 @@ from engine.interface import capabilities_of
 from . import analytics as an
 from . import charts
 from .context import STORE_ERRORS, UIContext
-from .named import Outputs, checked
+from .named import Outputs, checked, refused
 from .render import esc
 from .teach_compare import Comparison, run_comparison, sampling_from_settings, stored_run
 from .teach_render import TEACH_CSS, compare_html, explainer_html, step_html
@@ -196,14 +196,15 @@ def analytics_summary_html(data: an.SessionAnalytics) -> str:
         replies = sum(1 for r in data.replies if kind == "all" or r.kind == kind)
         mean = "–" if f.mean_tau is None else f"{f.mean_tau:.2f}"
         rate = "–" if f.acceptance_rate is None else f"{f.acceptance_rate:.0%}"
-        cells.append(f'<div class="ex-col" data-kind="{kind}"><b>{kind}</b>: {replies} replies · {f.cycles} cycles · '
+        cells.append(f'<div class="ex-col" data-kind="{kind}"><b>{kind}</b>: {counted(replies, "reply", "replies")} · '
+                     f'{counted(f.cycles, "cycle")} · '
                      f'<span class="ex-num" data-stat="mean-tau">{mean}</span> mean τ · {rate} of drafts accepted</div>')
     regions = []
-    for region, words in (("code", "inside code fences"), ("prose", "outside code")):
+    for region, words in (("code", "in code"), ("prose", "in prose")):
         f = data.by_region.get(region)
         if f and f.cycles:
-            regions.append(f'<span data-region="{region}">{words}: <b>{f.mean_tau:.2f}</b> mean τ over {f.cycles} '
-                           f'cycles ({f.acceptance_rate or 0:.0%} of drafts accepted)</span>')
+            regions.append(f'<span data-region="{region}">{words}: <b>{f.mean_tau:.2f}</b> mean τ over '
+                           f'{counted(f.cycles, "cycle")} ({f.acceptance_rate or 0:.0%} of drafts accepted)</span>')
     by_region = (f'<p id="analytics-regions" style="font-size:13px">Cycle by cycle, wherever the reply: '
                  f'{" · ".join(regions)}</p>' if regions else "")
     counts = data.by_token_class
@@ -216,6 +217,11 @@ def analytics_summary_html(data: an.SessionAnalytics) -> str:
             f'{"".join(cells)}</div>{by_region}{by_class}<p style="font-size:12px;opacity:.7">Session “{esc(data.title)}”. Kind is '
             'detected from each reply: code when at least half of its text is in code fences or looks like code '
             '(Complete-mode replies are code).</p>')
+
+
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """"1 reply", "2 replies", "0 cycles"."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
 def full_view(ctx: UIContext, session_id=None, message_id=None) -> dict:
@@ -240,11 +246,11 @@ def full_view(ctx: UIContext, session_id=None, message_id=None) -> dict:
 
 def export_analytics(ctx: UIContext, session_id):
     if session_id is None:
-        raise gr.Error("No session to export.")
+        raise refused("No session to export.")
     try:
         data = an.session_analytics(ctx.store, int(session_id))
     except STORE_ERRORS as exc:
-        raise gr.Error(f"Cannot export: {exc}") from None
+        raise refused(f"Cannot export: {exc}") from None
     return gr.File(value=an.export_files(data), visible=True)
 
 
@@ -254,21 +260,21 @@ def export_analytics(ctx: UIContext, session_id):
 def prepare_comparison(ctx: UIContext, message_id) -> tuple[dict, list[dict], object, bool]:
     """The reply, its cycles and the prompt it answered; ``gr.Error`` when it cannot be compared."""
     if message_id is None:
-        raise gr.Error("Pick a reply to compare first.")
+        raise refused("Pick a reply to compare first.")
     try:
         message = ctx.store.get_message(int(message_id))
         messages = ctx.store.get_messages(message["session_id"])
         cycles = ctx.store.get_cycles(int(message_id))
     except STORE_ERRORS as exc:
-        raise gr.Error(f"Cannot compare: {exc}") from None
+        raise refused(f"Cannot compare: {exc}") from None
     if message["role"] != "assistant":
-        raise gr.Error("Only a reply can be compared.")
+        raise refused("Only a reply can be compared.")
     if message["status"] == "streaming":
-        raise gr.Error("This reply is still being generated.")
+        raise refused("This reply is still being generated.")
     try:
         prompt, raw = reply_prompt(messages, message)
     except ValueError as exc:
-        raise gr.Error(f"Cannot compare: {exc}") from None
+        raise refused(f"Cannot compare: {exc}") from None
     return message, cycles, prompt, raw
 
 
@@ -285,9 +291,9 @@ def check_compare(ctx: UIContext, message_id) -> tuple[dict, list[dict], object,
         sampling, _ = sampling_from_settings(settings)
         sampling.validate(max_block_size=ctx.defaults.max_block_size)
     except Exception as exc:  # noqa: BLE001 - a stored setting the engine would refuse
-        raise gr.Error(f"Cannot compare: the reply's settings are invalid ({exc})") from None
+        raise refused(f"Cannot compare: the reply's settings are invalid ({exc})") from None
     if ctx.engines.engine is None and ctx.engines.status().state != "loading":
-        raise gr.Error("No model is loaded (see the model status).")
+        raise refused("No model is loaded (see the model status).")
     return message, cycles, prompt, raw, settings, produced
 
 

@@ -233,8 +233,7 @@ def propose(draft, target, draft_cache, pending, anchor, start, block):
     noise = draft.embed(target.get_input_embeddings(), block_ids)
     positions = torch.arange(start - context.shape[1], start + width, device=device)[None]
     hidden = draft(noise, context.to(noise.dtype), positions, cache=draft_cache)
-    logits = draft.proposal_logits(hidden[0, 1:block], target.get_output_embeddings())
-    return logits.argmax(dim=-1).tolist(), logits
+    return draft.draft_tokens(hidden[0, 1:block], anchor, target.get_output_embeddings())
 
 
 class TokenChooser:

@@ -1,10 +1,14 @@
-"""The DFlash draft model, in the z-lab checkpoint format.
+"""The DFlash draft model, in the z-lab checkpoint format, and the published forms around it.
 
-A small stack of Qwen3-style decoder layers with no embedding table and no LM head: it borrows
-the target's. Its input is the target's embedding of the block ``[anchor, MASK, ...]``; the
-target's hidden states at ``target_layer_ids`` are fused (``hidden_norm(fc(concat))``) and
-injected as extra keys/values into every layer ("KV injection"). Queries come from the block
-only; context K/V are cached (after k_norm and RoPE), block K/V are transient.
+A small stack of Qwen3-style decoder layers (engine/draft_layers.py). Its input is the embedding
+of the block ``[anchor, MASK, ...]`` (the target's table, or the draft's own ``embed_tokens``;
+MiMo's drafts replace the mask row by ``mask_embedding.pt``); the target's hidden states at
+``target_layer_ids`` are fused (``hidden_norm(fc(concat))``) and injected as extra keys/values
+into every layer ("KV injection"). Queries come from the block only; context K/V are cached
+(after k_norm and RoPE), block K/V are transient. Proposals come from the target's LM head or the
+draft's own (``draft_vocab_size`` rows mapped to target ids by ``d2t``). ``DFlash2DraftModel``
+adds convolutions and a candidate selector (engine/draft_dflash2.py). What each config key
+does: engine/draft_config.py.
 """
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import Qwen3Config
-from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, Qwen3RotaryEmbedding
 
+from .draft_config import draft_setting, read_draft_config
+from .draft_dflash2 import CandidateSelector, DFlash2Layer, dflash2_settings
+from .draft_files import read_mask_embedding, read_weights
+from .draft_layers import DraftCache, DraftLayer
 from .errors import CheckpointError
-from .weights import check_safetensors_file, safetensors_files
 
 DRAFT_ARCHITECTURE = "DFlashDraftModel"
 
@@ -30,14 +37,6 @@ def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> l
         return [num_target_layers // 2]
     start, end = 1, num_target_layers - 3
     return [round(start + i * (end - start) / (num_draft_layers - 1)) for i in range(num_draft_layers)]
-
-
-def draft_setting(config, name: str, default=None):
-    """A DFlash key from ``dflash_config`` first, then the top level (z-lab v1 puts block_size there)."""
-    extra = getattr(config, "dflash_config", None) or {}
-    if name in extra and extra[name] is not None:
-        return extra[name]
-    return getattr(config, name, default)
 
 
 def proposal_vocab_size(config) -> int | None:
@@ -104,126 +103,44 @@ def new_draft_config(
     return config
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+def feature_layer_ids(config) -> list[int]:
+    """The target layers whose outputs feed the draft. ``eagle_aux_hidden_state_layer_ids``
+    (vLLM's convention: the input of layer L, that is the output of layer L-1) is read first,
+    then ``target_layer_ids`` (layer outputs, z-lab's convention); two lists that disagree are
+    refused rather than one of them silently winning."""
+    ids = draft_setting(config, "target_layer_ids")
+    aux = getattr(config, "eagle_aux_hidden_state_layer_ids", None)
+    if aux:
+        if any(isinstance(i, bool) or not isinstance(i, int) or i < 1 for i in aux):
+            raise CheckpointError(f"draft config: eagle_aux_hidden_state_layer_ids {aux} must be layer numbers >= 1 "
+                                  "(the input of layer 0, the embeddings, is not captured)")
+        from_aux = [i - 1 for i in aux]
+        if ids and [int(i) for i in ids] != from_aux:
+            raise CheckpointError(f"draft config: eagle_aux_hidden_state_layer_ids {aux} (layer inputs) and "
+                                  f"target_layer_ids {ids} (layer outputs) name different target layers")
+        return from_aux
+    if not ids:
+        raise CheckpointError("draft config has no dflash_config.target_layer_ids")
+    return [int(i) for i in ids]
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [b, heads, n, d]; cos/sin: [b, n, d]."""
-    return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
-
-
-class DraftCache:
-    """Context keys/values per draft layer (after k_norm and RoPE), positions [0, length)."""
-
-    def __init__(self, num_layers: int):
-        self.keys: list[torch.Tensor | None] = [None] * num_layers
-        self.values: list[torch.Tensor | None] = [None] * num_layers
-
-    @property
-    def length(self) -> int:
-        return 0 if self.keys[0] is None else self.keys[0].shape[-2]
-
-    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.keys[layer] is not None:
-            k = torch.cat([self.keys[layer], k], dim=-2)
-            v = torch.cat([self.values[layer], v], dim=-2)
-        self.keys[layer], self.values[layer] = k, v
-        return k, v
-
-
-def sliding_causal_mask(query_pos: torch.Tensor, key_pos: torch.Tensor, causal: bool, window: int | None) -> torch.Tensor:
-    """Boolean [Q, K] visibility for sliding-window layers (True = visible)."""
-    q = query_pos[:, None]
-    k = key_pos[None, :]
-    visible = torch.ones(q.shape[0], k.shape[1], dtype=torch.bool, device=query_pos.device)
-    if causal:
-        visible &= k <= q
-    if window is not None:
-        visible &= (q - k) < window
-        if not causal:
-            visible &= (k - q) < window
-    return visible
-
-
-class DraftAttention(nn.Module):
-    def __init__(self, config: Qwen3Config, layer_idx: int):
-        super().__init__()
-        self.layer_idx = layer_idx
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
-        self.scaling = self.head_dim**-0.5
-        bias = bool(getattr(config, "attention_bias", False))
-        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
-        self.q_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
-        self.k_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
-        layer_types = getattr(config, "layer_types", None)
-        layer_type = layer_types[layer_idx] if layer_types else "full_attention"
-        sliding = layer_type == "sliding_attention"
-        forced_causal = getattr(config, "is_causal", None)
-        # z-lab/SGLang default: sliding layers are causal with a window, full layers bidirectional.
-        self.is_causal = sliding if forced_causal is None else bool(forced_causal)
-        self.sliding_window = getattr(config, "sliding_window", None) if sliding else None
-
-    def _heads(self, x: torch.Tensor, proj: nn.Linear, n_heads: int) -> torch.Tensor:
-        b, n, _ = x.shape
-        return proj(x).view(b, n, n_heads, self.head_dim)
-
-    def forward(self, x, ctx, rope_block, rope_ctx, positions, attention_mask, cache: DraftCache | None):
-        b, q_len, _ = x.shape
-        q = self.q_norm(self._heads(x, self.q_proj, self.num_heads)).transpose(1, 2)
-        k_blk = self.k_norm(self._heads(x, self.k_proj, self.num_kv_heads)).transpose(1, 2)
-        v_blk = self._heads(x, self.v_proj, self.num_kv_heads).transpose(1, 2)
-        k_ctx = self.k_norm(self._heads(ctx, self.k_proj, self.num_kv_heads)).transpose(1, 2)
-        v_ctx = self._heads(ctx, self.v_proj, self.num_kv_heads).transpose(1, 2)
-        q = apply_rope(q, *rope_block)
-        k_blk = apply_rope(k_blk, *rope_block)
-        k_ctx = apply_rope(k_ctx, *rope_ctx)
-        if cache is not None:
-            k_ctx, v_ctx = cache.extend(self.layer_idx, k_ctx, v_ctx)
-        k = torch.cat([k_ctx, k_blk], dim=-2)
-        v = torch.cat([v_ctx, v_blk], dim=-2)
-        mask = attention_mask
-        if mask is None and (self.is_causal or self.sliding_window is not None):
-            ctx_len = k_ctx.shape[-2]
-            query_pos, block_key_pos = positions[1], positions[1]
-            ctx_key_pos = torch.arange(ctx_len, device=x.device) if cache is not None else positions[0]
-            key_pos = torch.cat([ctx_key_pos, block_key_pos])
-            mask = sliding_causal_mask(query_pos, key_pos, self.is_causal, self.sliding_window)[None, None]
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, scale=self.scaling, enable_gqa=self.num_kv_heads != self.num_heads
-        )
-        return self.o_proj(out.transpose(1, 2).reshape(b, q_len, -1))
-
-
-class DraftLayer(nn.Module):
-    def __init__(self, config: Qwen3Config, layer_idx: int):
-        super().__init__()
-        self.self_attn = DraftAttention(config, layer_idx)
-        self.mlp = Qwen3MLP(config)
-        self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-
-    def forward(self, x, ctx, rope_block, rope_ctx, positions, attention_mask, cache):
-        x = x + self.self_attn(self.input_layernorm(x), ctx, rope_block, rope_ctx, positions, attention_mask, cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+def draft_vocab_size(config) -> int:
+    value = getattr(config, "draft_vocab_size", None)
+    return int(value) if value else int(config.vocab_size)
 
 
 class DFlashDraftModel(nn.Module):
-    """Weights are named exactly as in z-lab checkpoints (no ``model.`` prefix)."""
+    """Weights are named exactly as in z-lab checkpoints (no ``model.`` prefix). ``own_embeddings``
+    / ``own_head``: the checkpoint ships ``embed_tokens`` / ``lm_head`` (used instead of the
+    target's); ``mask_embedding``: it ships a separate embedding for the mask slots."""
 
-    def __init__(self, config: Qwen3Config):
+    form = "dflash"
+
+    def __init__(self, config: Qwen3Config, own_embeddings: bool = False, own_head: bool = False,
+                 mask_embedding: bool = False):
         super().__init__()
         self.config = config
-        layer_ids = draft_setting(config, "target_layer_ids")
-        if not layer_ids:
-            raise CheckpointError("draft config has no dflash_config.target_layer_ids")
-        self.target_layer_ids: list[int] = [int(i) for i in layer_ids]
+        self.target_layer_ids: list[int] = feature_layer_ids(config)
         self.block_size = int(draft_setting(config, "block_size", 16))
         mask_id = draft_setting(config, "mask_token_id")
         if mask_id is None:
@@ -237,11 +154,31 @@ class DFlashDraftModel(nn.Module):
         # not persistent: the checkpoint's weights stay exactly the z-lab set
         self.register_buffer("proposal_ids", torch.tensor(ids, dtype=torch.long) if ids else None, persistent=False)
         self._proposal_rows: tuple | None = None  # (which head, its rows at proposal_ids)
-        self.layers = nn.ModuleList(DraftLayer(config, i) for i in range(config.num_hidden_layers))
-        self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.fc = nn.Linear(len(self.target_layer_ids) * config.hidden_size, config.hidden_size, bias=False)
-        self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        hidden = config.hidden_size
+        self.layers = nn.ModuleList(self.make_layer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = Qwen3RMSNorm(hidden, eps=config.rms_norm_eps)
+        target_width = int(getattr(config, "target_hidden_size", None) or hidden)
+        self.fc = nn.Linear(len(self.target_layer_ids) * target_width, hidden, bias=False)
+        self.hidden_norm = Qwen3RMSNorm(hidden, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, hidden) if own_embeddings else None
+        self.lm_head = nn.Linear(hidden, draft_vocab_size(config), bias=False) if own_head else None
+        self._own_head_checks(config, own_head)
+        # d2t[i]: target id of draft id i minus i (EAGLE-3 / vLLM layout); persistent: it is in the weights
+        mapped = draft_vocab_size(config) != config.vocab_size
+        self.register_buffer("d2t", torch.zeros(draft_vocab_size(config), dtype=torch.long) if mapped else None)
+        self.mask_embedding = nn.Parameter(torch.zeros(hidden)) if mask_embedding else None
+
+    def make_layer(self, config, index: int) -> nn.Module:
+        return DraftLayer(config, index)
+
+    def _own_head_checks(self, config, own_head: bool) -> None:
+        if draft_vocab_size(config) != config.vocab_size and not own_head:
+            raise CheckpointError(f"draft config sets draft_vocab_size {draft_vocab_size(config)} but the weights "
+                                  "have no lm_head with that many rows")
+        if own_head and (self.proposal_ids is not None or self.proposal_vocab_size is not None):
+            raise CheckpointError("draft config: proposal_ids / proposal_vocab_size narrow the target's head; this "
+                                  "draft has its own lm_head")
 
     def new_cache(self) -> DraftCache:
         return DraftCache(len(self.layers))
@@ -268,11 +205,37 @@ class DFlashDraftModel(nn.Module):
         return self.norm(h)
 
     def embed(self, target_embedding: nn.Module, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(ids, target_embedding.weight) * self.input_embedding_scale
+        """The block's embeddings: the draft's own table when it has one, else the target's; the
+        mask slots take ``mask_embedding`` when the checkpoint ships one."""
+        table = self.embed_tokens.weight if self.embed_tokens is not None else target_embedding.weight
+        embedded = F.embedding(ids, table)
+        if self.mask_embedding is not None:
+            mask = (ids == self.mask_token_id).unsqueeze(-1)
+            embedded = torch.where(mask, self.mask_embedding.to(embedded.dtype), embedded)
+        return embedded * self.input_embedding_scale
 
     def compute_logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
-        """Logits over the whole vocabulary (what training fits)."""
-        return self._scale(lm_head(hidden))
+        """Logits over the target's whole vocabulary (what training fits): from the draft's own
+        head when it has one (draft ids mapped to target ids by ``d2t``, -inf at ids it cannot
+        propose), else from the target's."""
+        if self.lm_head is None:
+            return self._scale(lm_head(hidden))
+        logits = self._scale(self.lm_head(hidden))
+        if self.d2t is None:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.config.vocab_size), float("-inf"))
+        full[..., self.target_ids()] = logits
+        return full
+
+    def target_ids(self) -> torch.Tensor:
+        """The target id of each draft id (``d2t`` is an offset: target = draft + d2t[draft])."""
+        return torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t
+
+    def draft_tokens(self, hidden: torch.Tensor, anchor: int, lm_head: nn.Module) -> tuple[list[int], torch.Tensor]:
+        """(the proposals, their logits [n, V]) for the n mask slots' hidden states: the argmax
+        of each slot (``DFlash2DraftModel`` walks its candidate selector instead)."""
+        logits = self.proposal_logits(hidden, lm_head)
+        return logits.argmax(dim=-1).tolist(), logits
 
     def proposal_logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
         """Logits over the whole vocabulary for proposing drafts. With ``proposal_vocab_size`` K
@@ -282,6 +245,8 @@ class DFlashDraftModel(nn.Module):
         2,048-4,096 rows), and a byte-level BPE numbers its tokens by merge order, so the
         first ids are the frequent ones. With ``proposal_ids`` only those ids can be proposed.
         Lossless either way: the target still emits any token."""
+        if self.lm_head is not None:
+            return self.compute_logits(hidden, lm_head)
         if self.proposal_ids is not None:
             weight, bias = self._head_rows(lm_head)
             head = self._scale(F.linear(hidden, weight, bias))
@@ -318,8 +283,34 @@ class DFlashDraftModel(nn.Module):
         return logits
 
 
+class DFlash2DraftModel(DFlashDraftModel):
+    """DFlash2: every layer's attention and MLP wrapped by a grouped dynamic convolution, and a
+    candidate selector that walks a greedy path through each slot's top-k tokens."""
+
+    form = "dflash2"
+
+    def __init__(self, config: Qwen3Config, **own):
+        settings = dflash2_settings(config)
+        super().__init__(config, **own)
+        if settings["conv_kernel_size"] > self.block_size:
+            raise CheckpointError(f"DFlash2 draft config: conv_kernel_size {settings['conv_kernel_size']} exceeds "
+                                  f"block_size {self.block_size}")
+        self.candidate_selector = CandidateSelector(config.hidden_size, config.vocab_size,
+                                                    settings["selector_rank"], settings["selector_top_k"])
+
+    def make_layer(self, config, index: int) -> nn.Module:
+        return DFlash2Layer(config, index)
+
+    def draft_tokens(self, hidden: torch.Tensor, anchor: int, lm_head: nn.Module) -> tuple[list[int], torch.Tensor]:
+        logits = self.proposal_logits(hidden, lm_head)
+        return self.candidate_selector.select(hidden, logits, anchor), logits
+
+
+DRAFT_CLASSES = {"dflash": DFlashDraftModel, "dflash2": DFlash2DraftModel}
+
+
 # ---------------------------------------------------------------------------------------------
-# z-lab checkpoint format: config.json (Qwen3 config + DFlash keys) and model.safetensors.
+# z-lab checkpoint format: config.json (Qwen3 config + DFlash keys) and *.safetensors.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -329,7 +320,7 @@ def save_draft(draft: DFlashDraftModel, directory: str | Path) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     config = draft.config.to_dict()
-    config["architectures"] = [DRAFT_ARCHITECTURE]
+    config["architectures"] = [type(draft).__name__]
     config["model_type"] = "qwen3"
     config["block_size"] = draft.block_size
     config.setdefault("dflash_config", {})
@@ -338,75 +329,31 @@ def save_draft(draft: DFlashDraftModel, directory: str | Path) -> Path:
     )
     (directory / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True, default=str) + "\n")
     state = {k: v.detach().contiguous().cpu() for k, v in draft.state_dict().items() if "rotary_emb" not in k}
+    mask = state.pop("mask_embedding", None)
+    if mask is not None:  # the MiMo layout: a separate file next to the weights
+        torch.save({"mask_token_id": draft.mask_token_id, "embedding": mask}, directory / "mask_embedding.pt")
     save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
     return directory
 
 
-def read_draft_config(directory: Path) -> Qwen3Config:
-    path = directory / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"no config.json in draft directory {directory}")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"draft config {path} is not valid JSON: {exc}") from exc
-    arch = raw.get("architectures") or []
-    if arch and not any("DFlash" in a for a in arch):
-        raise CheckpointError(f"{directory} is not a DFlash draft (architectures: {arch})")
-    if "DFlash2DraftModel" in arch:
-        raise CheckpointError("DFlash2 drafts (candidate selector, convolutions) are not supported yet")
-    extras = mimo_sink_extras(raw)
-    if extras:
-        raise CheckpointError(
-            f"{directory} is a MiMo attention-sink draft ({', '.join(extras)}): its learned per-head sink and "
-            "value scale change the attention this engine computes, so it is not supported (its output would be "
-            "wrong, not just slower); use a draft without them")
-    for key in ("auto_map", "transformers_version", "model_type"):
-        raw.pop(key, None)
-    return Qwen3Config(**raw)
-
-
-MIMO_EXTRA_KEYS = ("attention_sink_bias", "attention_value_scale")
-
-
-def mimo_sink_extras(raw: dict) -> list[str]:
-    """The MiMo DFlash extras a draft config turns on (top level or in ``dflash_config``): a
-    learned attention sink (``attention_sink_bias: true``) or a value scale other than 1."""
-    found = []
-    for where in (raw, raw.get("dflash_config") or {}):
-        if not isinstance(where, dict):
-            continue
-        sink, scale = where.get("attention_sink_bias"), where.get("attention_value_scale")
-        if sink not in (None, False, 0) and "attention_sink_bias" not in found:
-            found.append("attention_sink_bias")
-        if scale not in (None, 1, 1.0) and "attention_value_scale" not in found:
-            found.append("attention_value_scale")
-    return found
-
-
 def load_draft(directory: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> DFlashDraftModel:
-    from safetensors.torch import load_file
-
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"draft directory not found: {directory}")
-    config = read_draft_config(directory)
-    state: dict[str, torch.Tensor] = {}
-    for file in safetensors_files(directory, "draft"):
-        check_safetensors_file(file)
-        try:
-            state.update(load_file(str(file)))
-        except Exception as exc:  # safetensors raises its own error types
-            raise CheckpointError(f"cannot read {file}: {exc}") from exc
-    state = {k.removeprefix("model."): v for k, v in state.items()}
-    sinks = sorted(k for k in state if "sink" in k)
-    if sinks:
-        raise CheckpointError(f"draft weights in {directory} hold attention-sink tensors ({sinks[0]}, …): a MiMo "
-                              "attention-sink draft, which this engine does not support")
-    draft = DFlashDraftModel(config)
+    config, form = read_draft_config(directory)
+    state = read_weights(directory)
+    t2d = state.pop("t2d", None)  # the inverse of d2t (a flag per target id), checked against it below
+    mask = read_mask_embedding(directory, int(draft_setting(config, "mask_token_id", -1)), config.hidden_size)
+    if mask is not None:
+        state["mask_embedding"] = mask
+    own_embeddings = "embed_tokens.weight" in state
+    if own_embeddings and "lm_head.weight" not in state and config.tie_word_embeddings:
+        state["lm_head.weight"] = state["embed_tokens.weight"]
+    draft = DRAFT_CLASSES[form](config, own_embeddings=own_embeddings, own_head="lm_head.weight" in state,
+                                mask_embedding=mask is not None)
     expected = {k for k in draft.state_dict() if "rotary_emb" not in k}
     missing = sorted(expected - state.keys())
-    unexpected = sorted(k for k in state.keys() - expected if not k.startswith(("embed_tokens", "lm_head")))
+    unexpected = sorted(state.keys() - expected)
     if missing or unexpected:
         raise CheckpointError(
             f"draft weights in {directory} do not match its config: "
@@ -416,11 +363,27 @@ def load_draft(directory: str | Path, device: str | torch.device = "cpu", dtype:
         if name in state and state[name].shape != tensor.shape:
             raise CheckpointError(f"draft weight {name} has shape {tuple(state[name].shape)}, config implies {tuple(tensor.shape)}")
     draft.load_state_dict({k: v for k, v in state.items() if k in expected}, strict=False)
+    if draft.d2t is not None or t2d is not None:
+        check_d2t(draft, t2d)
     return place_draft(draft, device, dtype)
 
 
+def check_d2t(draft: DFlashDraftModel, t2d: torch.Tensor | None) -> None:
+    if draft.d2t is None:
+        raise CheckpointError("draft weights hold t2d but no d2t and no draft_vocab_size: a mapping with nothing to map")
+    targets = draft.target_ids()
+    if int(targets.min()) < 0 or int(targets.max()) >= draft.config.vocab_size or targets.unique().numel() != targets.numel():
+        raise CheckpointError("draft weights: d2t maps draft ids outside the target vocabulary or two onto one")
+    if t2d is not None:
+        expected = torch.zeros(draft.config.vocab_size, dtype=torch.bool)
+        expected[targets] = True
+        if t2d.shape != expected.shape or not torch.equal(t2d.bool(), expected):
+            raise CheckpointError("draft weights: t2d does not mark exactly the target ids d2t maps to")
+
+
 def place_draft(draft: DFlashDraftModel, device, dtype: torch.dtype) -> DFlashDraftModel:
-    """Move to device/dtype, keeping RoPE frequencies in fp32 (as transformers does)."""
+    """Move to device/dtype (the d2t mapping stays integer), keeping RoPE frequencies in fp32 (as
+    transformers does)."""
     draft = draft.to(device=device, dtype=dtype).eval()
     draft.rotary_emb = Qwen3RotaryEmbedding(draft.config).to(device)
     return draft

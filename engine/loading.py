@@ -152,8 +152,12 @@ def check_compatible(draft: DFlashDraftModel, target) -> None:
     rows = target.get_input_embeddings().weight.shape[0]
     n_layers = len(decoder_layers(target))
     problems = []
-    if draft.config.hidden_size != tconf.hidden_size:
-        problems.append(f"hidden size {draft.config.hidden_size} ≠ target's {tconf.hidden_size}")
+    feature_width = getattr(draft.config, "target_hidden_size", None) or draft.config.hidden_size
+    if feature_width != tconf.hidden_size:
+        problems.append(f"hidden size {feature_width} ≠ target's {tconf.hidden_size}")
+    elif draft.config.hidden_size != tconf.hidden_size and (draft.embed_tokens is None or draft.lm_head is None):
+        problems.append(f"draft hidden size {draft.config.hidden_size} ≠ target's {tconf.hidden_size} and the draft "
+                        "has no own embed_tokens and lm_head to use instead of the target's")
     if getattr(draft.config, "vocab_size", rows) != rows and draft.config.vocab_size != tconf.vocab_size:
         problems.append(f"vocabulary {draft.config.vocab_size} ≠ target's embedding rows {rows}")
     bad_layers = [i for i in draft.target_layer_ids if not 0 <= i < n_layers]

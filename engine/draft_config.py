@@ -1,0 +1,197 @@
+"""Reading a draft's ``config.json``: which published form it is, and what each key does.
+
+Every key a published draft config carries is listed here with what honours it, or is refused by
+name: a key this engine does not know stops the load (``CheckpointError`` naming it) instead of
+being dropped, because a silently ignored key gives a draft that loads, runs and proposes badly
+for no visible reason. Where the serving engines disagree, the choice made is written next to
+the key (``CHOICES``) and in docs/checkpoints.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from transformers import Qwen3Config
+
+from .errors import CheckpointError
+
+ARCHITECTURES = {"DFlashDraftModel": "dflash", "DFlash2DraftModel": "dflash2"}
+
+# What each key changes, so a reader can check that it is honoured (the model and the loader
+# read every key marked here; tests/test_draft_forms.py walks the published configs).
+ARCHITECTURE = "shapes the draft network"
+ATTENTION = "decides which keys each draft query sees"
+ROPE = "rotary position embedding"
+PROPOSAL = "how proposals are read from the draft"
+PAIRING = "checked against the target when the pair is loaded"
+DESCRIPTIVE = "describes the file, no effect on a draft forward (generation and training metadata)"
+
+TOP_LEVEL_KEYS = {
+    "architectures": "selects the draft form (DFlashDraftModel or DFlash2DraftModel)",
+    "model_type": DESCRIPTIVE + "; every form is Qwen3 decoder layers, whatever it says (gpt_oss, qwen3)",
+    "auto_map": DESCRIPTIVE + "; remote code is never run",
+    "transformers_version": DESCRIPTIVE,
+    "dtype": DESCRIPTIVE + "; the dtype comes from --dtype",
+    "torch_dtype": DESCRIPTIVE + "; the dtype comes from --dtype",
+    "bos_token_id": DESCRIPTIVE + "; the target's tokenizer decides",
+    "eos_token_id": DESCRIPTIVE + "; the target's tokenizer decides",
+    "pad_token_id": DESCRIPTIVE,
+    "initializer_range": DESCRIPTIVE + " (weights are loaded, never initialised)",
+    "use_cache": DESCRIPTIVE + "; the draft always caches its context keys/values",
+    "attention_dropout": DESCRIPTIVE + " (dropout is off at inference)",
+    "initial_context_length": DESCRIPTIVE + "; yarn's original length is read from rope_scaling",
+    **{key: DESCRIPTIVE + " (a generic transformers config field)" for key in (
+        "_name_or_path", "chunk_size_feed_forward", "id2label", "label2id", "is_encoder_decoder", "problem_type",
+        "output_attentions", "output_hidden_states", "return_dict")},
+    "max_position_embeddings": ROPE + " (yarn and dynamic scaling read it)",
+    "hidden_size": ARCHITECTURE, "intermediate_size": ARCHITECTURE, "num_hidden_layers": ARCHITECTURE,
+    "num_attention_heads": ARCHITECTURE, "num_key_value_heads": ARCHITECTURE, "head_dim": ARCHITECTURE,
+    "rms_norm_eps": ARCHITECTURE, "attention_bias": ARCHITECTURE + " (q/k/v/o projection biases)",
+    "hidden_act": ARCHITECTURE + " (silu only: refused otherwise)",
+    "vocab_size": ARCHITECTURE + "; " + PAIRING,
+    "tie_word_embeddings": ARCHITECTURE + " (an own lm_head absent from the weights is the own embed_tokens)",
+    "rope_theta": ROPE, "rope_scaling": ROPE + " (yarn, linear, dynamic, ...)", "rope_parameters": ROPE,
+    "partial_rotary_factor": ROPE + " (only the first part of each head rotates)",
+    "layer_types": ATTENTION + " (sliding layers get a window; causal unless is_causal says otherwise)",
+    "sliding_window": ATTENTION + " (window of sliding layers)",
+    "use_sliding_window": ATTENTION + " (must agree with layer_types / use_swa: refused otherwise)",
+    "max_window_layers": ATTENTION + " (legacy Qwen2 key: Qwen3Config derives layer_types from it when they are absent)",
+    "is_causal": ATTENTION + " (forces every layer causal or bidirectional inside the block)",
+    "num_target_layers": PAIRING,
+    "target_hidden_size": ARCHITECTURE + " (width of the target features fc reads); " + PAIRING,
+    "draft_vocab_size": PROPOSAL + " (own lm_head rows, mapped to target ids by d2t)",
+    "eagle_aux_hidden_state_layer_ids": "which target layers feed the draft (layer L's input = layer L-1's "
+                                        "output), read before target_layer_ids as vLLM does",
+    "is_neox_style": ROPE + " (true only: refused otherwise)",
+    "rope_is_neox_style": ROPE + " (true only: refused otherwise)",
+    "add_swa_attention_sink_bias": ATTENTION + " (learned per-head sink; dflash_config.attention_sink_bias wins)",
+    "quantization_config": "refused: a quantised draft is not supported (it silently drops acceptance to ~0)",
+}
+
+# Keys read from dflash_config first, then from the top level (z-lab v1 puts block_size on top).
+DFLASH_KEYS = {
+    "block_size": "the trained block: the draft always drafts a whole one",
+    "mask_token_id": "the id of the mask slots; " + PAIRING,
+    "target_layer_ids": "which target layers feed the draft; " + PAIRING,
+    "num_target_layers": PAIRING,
+    "causal": ATTENTION + " (after is_causal, before the per-layer default)",
+    "use_swa": ATTENTION + " (a window on every layer when layer_types has no sliding layer)",
+    "swa_window_size": ATTENTION + " (the window, before sliding_window)",
+    "attention_sink_bias": ATTENTION + " (learned per-head sink joining the softmax denominator)",
+    "attention_value_scale": ARCHITECTURE + " (values scaled before attention; see CHOICES)",
+    "backbone_rotary_base": ROPE + " (see CHOICES: context keys rotate with rope_theta)",
+    "input_embedding_scale": ARCHITECTURE + " (block embeddings scaled)",
+    "output_multiplier": PROPOSAL + " (logits scaled)",
+    "final_logit_softcapping": PROPOSAL + " (tanh soft cap on logits)",
+    "proposal_vocab_size": PROPOSAL + " (only ids below it are proposed)",
+    "proposal_ids": PROPOSAL + " (only these ids are proposed)",
+    "conv_kernel_size": ARCHITECTURE + " (DFlash2: taps of the grouped dynamic convolution)",
+    "conv_group_size": ARCHITECTURE + " (DFlash2: channels sharing one dynamic coefficient)",
+    "selector_rank": ARCHITECTURE + " (DFlash2: rank of the candidate selector's scorer)",
+    "selector_top_k": PROPOSAL + " (DFlash2: candidates per slot)",
+    "use_aux_hidden_state": "target features feed the draft (true only: refused otherwise)",
+}
+
+# Where the engines disagree, what this engine does (also in docs/checkpoints.md).
+CHOICES = {
+    "attention_value_scale": "values are multiplied by it, as SGLang, ik_llama.cpp and the MiMo backbone's own "
+                             "attention do (vLLM ignores it)",
+    "backbone_rotary_base": "context and block keys rotate with rope_theta, as vLLM and SGLang do "
+                            "(ik_llama.cpp rotates context keys with backbone_rotary_base)",
+    "use_swa": "a draft with no layer_types and use_swa gets the window on every layer, bidirectional inside "
+               "the block, as vLLM does (SGLang seems not to window it)",
+    "eagle_aux_hidden_state_layer_ids": "read before target_layer_ids (vLLM's order); a config whose two lists "
+                                        "name different layers is refused",
+}
+
+
+def draft_setting(config, name: str, default=None):
+    """A DFlash key from ``dflash_config`` first, then the top level (z-lab v1 puts block_size there)."""
+    extra = getattr(config, "dflash_config", None) or {}
+    if name in extra and extra[name] is not None:
+        return extra[name]
+    value = getattr(config, name, None)
+    return default if value is None else value
+
+
+def key_handlers(raw: dict) -> dict[str, str]:
+    """What honours each key of a raw draft config (``dflash_config.X`` for nested keys). An unknown
+    key, or a known key with a value this engine cannot honour, raises ``CheckpointError`` naming it."""
+    handlers, unknown = {}, []
+    for key in raw:
+        if key == "dflash_config":
+            continue
+        handler = TOP_LEVEL_KEYS.get(key) or DFLASH_KEYS.get(key)
+        if handler is None:
+            unknown.append(key)
+        else:
+            handlers[key] = handler
+    nested = raw.get("dflash_config") or {}
+    if not isinstance(nested, dict):
+        raise CheckpointError("draft config: dflash_config must be a JSON object")
+    for key in nested:
+        if key in DFLASH_KEYS:
+            handlers[f"dflash_config.{key}"] = DFLASH_KEYS[key]
+        else:
+            unknown.append(f"dflash_config.{key}")
+    if "dflash_config" in raw:
+        handlers["dflash_config"] = "holds the DFlash keys below"
+    if unknown:
+        raise CheckpointError(f"draft config has keys this engine does not know: {', '.join(unknown)}; it refuses "
+                              "them rather than run a draft whose meaning it would change by ignoring them")
+    refuse_values(raw, nested)
+    return handlers
+
+
+def refuse_values(raw: dict, nested: dict) -> None:
+    """Known keys whose value asks for something this engine does not do."""
+    problems = []
+    if raw.get("quantization_config"):
+        problems.append("quantization_config: quantised drafts are not supported")
+    if raw.get("hidden_act", "silu") != "silu":
+        problems.append(f"hidden_act {raw['hidden_act']!r}: only silu draft layers exist")
+    for key in ("is_neox_style", "rope_is_neox_style"):
+        if raw.get(key) is False:
+            problems.append(f"{key} false: interleaved RoPE drafts are not supported")
+    if {**raw, **nested}.get("use_aux_hidden_state") is False:
+        problems.append("use_aux_hidden_state false: a draft that reads no target features is not DFlash")
+    layer_types = raw.get("layer_types")
+    any_sliding = bool(layer_types) and "sliding_attention" in layer_types
+    if raw.get("use_sliding_window") and not (any_sliding or nested.get("use_swa") or raw.get("use_swa")):
+        problems.append("use_sliding_window true but no layer is sliding (layer_types / use_swa)")
+    if layer_types and any(t not in ("sliding_attention", "full_attention") for t in layer_types):
+        problems.append(f"layer_types {sorted(set(layer_types))}: only sliding_attention and full_attention exist")
+    if layer_types and len(layer_types) != raw.get("num_hidden_layers", len(layer_types)):
+        problems.append(f"layer_types has {len(layer_types)} entries for {raw.get('num_hidden_layers')} layers")
+    if problems:
+        raise CheckpointError("draft config refused: " + "; ".join(problems))
+
+
+def read_draft_config(directory: Path) -> tuple[Qwen3Config, str]:
+    """(the draft's config as a Qwen3Config, its form: "dflash" or "dflash2")."""
+    path = directory / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"no config.json in draft directory {directory}")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"draft config {path} is not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"draft config {path} is not a JSON object")
+    return config_from_dict(raw, str(directory))
+
+
+def config_from_dict(raw: dict, where: str = "draft") -> tuple[Qwen3Config, str]:
+    arch = raw.get("architectures") or ["DFlashDraftModel"]
+    forms = [ARCHITECTURES[a] for a in arch if a in ARCHITECTURES]
+    if not forms:
+        raise CheckpointError(f"{where} is not a DFlash draft (architectures: {arch}); known forms: "
+                              f"{', '.join(ARCHITECTURES)}")
+    key_handlers(raw)
+    values = {k: v for k, v in raw.items() if k not in ("auto_map", "transformers_version", "model_type")}
+    try:
+        config = Qwen3Config(**values)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"draft config in {where} is inconsistent: {exc}") from exc
+    return config, forms[0]

@@ -1,6 +1,6 @@
 """The OpenAI-compatible HTTP API on the app's own server and port, beside the page:
 
-    GET  /v1/models            the loaded model
+    GET  /v1/models            every pair this Studio can run (a request naming one switches to it)
     POST /v1/chat/completions  chat, streamed (server-sent events) or not
     POST /v1/completions       raw text continuation, streamed or not
     GET  /health               200 when a model is loaded, 503 while loading or after a failed load
@@ -67,7 +67,10 @@ class ApiError(Exception):
 
 
 def model_id(key: str) -> str:
-    """The id clients use for a model-picker key: 'tiny-coder (embedded)' -> 'tiny-coder-embedded'."""
+    """The id clients use for a model-menu key: the key itself ('tiny-coder', 'Qwen3-8B-DFlash-b16'),
+    or, for a key with other characters, a slug ('vLLM at http://h:8000' -> 'vllm-at-http-h-8000')."""
+    if re.fullmatch(r"[A-Za-z0-9._+-]+", key):
+        return key
     return re.sub(r"[^A-Za-z0-9._+-]+", "-", key).strip("-").lower() or "model"
 
 
@@ -103,25 +106,45 @@ class ApiService:
             return ApiError(413, f"the request body is over {MAX_BODY_BYTES // 1024 // 1024} MB")
         return None
 
-    def model_card(self) -> dict:
-        key = self.ctx.engines.current_key
-        engine = self.ctx.engines.engine
+    def model_cards(self) -> list[dict]:
+        """One card per pair the Studio can run, the loaded one first."""
+        host = self.ctx.engines
+        keys = [choice.key for choice in host.models()]
+        current = host.current_key
+        return [self.model_card(key) for key in sorted(keys, key=lambda key: key != current)]
+
+    def model_card(self, key: str) -> dict:
+        host = self.ctx.engines
+        choice = host.catalog[key]
+        loaded = key == host.current_key
+        engine = host.engine if loaded else None
+        status = host.status()
+        state = status.state if loaded or status.model_key == key else "not loaded (loads on request)"
         return {"id": model_id(key), "object": "model", "created": 0, "owned_by": "dflash-studio",
-                "dflash": {"name": key, "block_size": getattr(engine, "block_size", None),
-                           "speculative": getattr(engine, "speculative", None),
-                           "status": self.ctx.engines.status().state}}
+                "dflash": {"name": key, "purpose": choice.hint or None, "source": choice.note or None,
+                           "loaded": loaded and engine is not None, "status": state,
+                           "block_size": getattr(engine, "block_size", None),
+                           "speculative": getattr(engine, "speculative", None)}}
 
-    def check_model(self, name: str | None) -> None:
-        key = self.ctx.engines.current_key
-        if name is not None and name not in (key, model_id(key)):
-            raise ApiError(404, f"The model '{name}' does not exist here; this server serves '{model_id(key)}' "
+    def check_model(self, name: str | None) -> str:
+        """The menu key a request's ``model`` names (None: the loaded one); 404 for no pair here."""
+        if name is None:
+            return self.ctx.engines.current_key
+        key = self.ctx.engines.resolve(name)
+        if key is None:
+            ids = ", ".join(model_id(choice.key) for choice in self.ctx.engines.models())
+            raise ApiError(404, f"The model '{name}' does not exist here; this server has {ids} "
                                 "(GET /v1/models).", param="model", code="model_not_found")
+        return key
 
-    def check_engine(self, request: ApiRequest) -> None:
+    def check_engine(self, request: ApiRequest, key: str) -> None:
         """Refuse a request the loaded engine cannot take (prompt over the context window...)
-        before anything is stored; while a model loads, the worker checks it once loaded."""
+        before anything is stored; while a model loads, or for another model than the loaded
+        one, the worker checks it once that model is loaded."""
         status = self.ctx.engines.status()
         engine = self.ctx.engines.engine
+        if key != self.ctx.engines.current_key:
+            return
         if engine is None:
             if status.state == "failed":
                 raise ApiError(503, f"no model is loaded: {status.error}", code="model_not_loaded")
@@ -148,16 +171,16 @@ class ApiService:
         except EmptyPromptError as exc:
             raise ApiError(400, str(exc), param="messages" if endpoint == "chat.completions" else "prompt",
                            code="empty_prompt") from None
-        self.check_model(request.model)
-        await anyio.to_thread.run_sync(self.check_engine, request)
-        run = await start_run(self.ctx, request, endpoint, self.config.store)
+        key = self.check_model(request.model)
+        await anyio.to_thread.run_sync(self.check_engine, request, key)
+        run = await start_run(self.ctx, request, endpoint, self.config.store, model=key)
         try:
             await self._first_item(run, http_request)
         except BaseException:
             finish_run(self.ctx, run)
             raise
         envelope = Envelope(("chatcmpl-" if request.kind == "chat" else "cmpl-") + secrets.token_hex(12),
-                            model_id(self.ctx.engines.current_key), kind=request.kind)
+                            model_id(key), kind=request.kind)
         if request.stream:
             return StreamingResponse(self._stream(run, envelope, request), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -284,7 +307,7 @@ def build_api(service: ApiService) -> FastAPI:
     def openapi() -> dict:
         """The schema, with the model ids this server answers to right now."""
         schema = FastAPI.openapi(api)
-        ids = [model_id(service.ctx.engines.current_key)]
+        ids = [card["id"] for card in service.model_cards()]
         for name in ("ChatCompletionRequest", "CompletionRequest"):
             model = schema["components"]["schemas"][name]["properties"]["model"]
             model["anyOf"] = [{"type": "string", "enum": ids}, {"type": "null"}]
@@ -294,12 +317,11 @@ def build_api(service: ApiService) -> FastAPI:
 
     @api.get("/models")
     async def list_models() -> dict:
-        return {"object": "list", "data": [service.model_card()]}
+        return {"object": "list", "data": service.model_cards()}
 
     @api.get("/models/{model}")
     async def get_model(model: str) -> dict:
-        service.check_model(model)
-        return service.model_card()
+        return service.model_card(service.check_model(model))
 
     @api.post("/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):

@@ -86,12 +86,14 @@ def _report_crash(future, out: LoopOut) -> None:
         out.put(DONE)
 
 
-async def start_run(ctx, request: ApiRequest, endpoint: str, store: bool) -> Run:
-    """Store the request (unless ``store`` is off) and queue its generation."""
-    engine = ctx.engines.engine
+async def start_run(ctx, request: ApiRequest, endpoint: str, store: bool, model: str | None = None) -> Run:
+    """Store the request (unless ``store`` is off) and queue its generation on ``model`` (a menu
+    key; None: the loaded one), which the worker loads first when another one is loaded."""
+    model = model or ctx.engines.current_key
+    engine = ctx.engines.engine  # (another model's draft may have another block size: the page's slider only)
     block = request.sampling.block_size or (engine.block_size if engine is not None else 1)
     request = with_seed(request)
-    settings = reply_settings(request, ctx.engines.current_key, block, endpoint)
+    settings = reply_settings(request, model, block, endpoint)
     session_id = None
     if store:
         session_id = await anyio.to_thread.run_sync(store_request, ctx.store, request, settings)
@@ -100,7 +102,7 @@ async def start_run(ctx, request: ApiRequest, endpoint: str, store: bool) -> Run
     generation = GenerationRequest(session_id, request.prompt, request.raw, request.kind, request.sampling,
                                    request.fallback, settings, request.stop)
     out = LoopOut(asyncio.get_running_loop())
-    future = ctx.engines.submit(lambda engine: record_reply(ctx, generation, engine, cancel, out))
+    future = ctx.engines.submit(lambda engine: record_reply(ctx, generation, engine, cancel, out), model=model)
     future.add_done_callback(lambda f: _report_crash(f, out))
     return Run(out, cancel, session_id, generation)
 

@@ -12,72 +12,95 @@ import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is imported
 
+import re  # noqa: E402
 import threading  # noqa: E402
 from concurrent.futures import Future, ThreadPoolExecutor  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
+from dataclasses import dataclass, field, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
 from engine.config import EngineConfig  # noqa: E402
 from engine.errors import CheckpointError  # noqa: E402
 from engine.events import LoadStatus  # noqa: E402
+from engine.shipped import DEFAULT_PAIR, SHIPPED_PAIRS, pair_dirs, pair_name  # noqa: E402
 
 from .config import AppConfig  # noqa: E402
 from .netguard import GuardConfig, guard_middleware  # noqa: E402
 
-EMBEDDED_KEY = "tiny-coder (embedded)"
-# the opt-in pair shipped beside it (assets/models/tiny-coder-requests): a target that answers requests
-REQUESTS_PAIR = "tiny-coder-requests"
-REQUESTS_KEY = "tiny-coder-requests (answers requests)"
-
-
 @dataclass(frozen=True)
 class ModelChoice:
-    key: str  # shown in the model picker, stored in session settings
-    target: str | None  # None: the embedded tiny coder
+    key: str  # the pair's name: shown in the model menu, stored with sessions, the API's model id
+    target: str | None  # None: the default shipped pair (engine.loading.embedded_pair)
     draft: str | None
     note: str = ""  # where the pair comes from
-    hint: str = ""  # what it is good for, shown after the key in the model picker
+    hint: str = ""  # what it is for, in a newcomer's words (the menu shows "key — hint")
+    aliases: tuple[str, ...] = ()  # older names that still mean this pair (stored sessions, API clients)
 
 
-def model_catalog(config: AppConfig, embedded_dir: Path | None = None) -> list[ModelChoice]:
-    """The pair given on the command line, the embedded pair and the request pair shipped beside
-    it, and pairs in ``--models-dir`` (each pair once); with ``--engine-url`` only the model that
-    vLLM server serves."""
+def available_models(config: AppConfig, assets: Path | None = None) -> list[ModelChoice]:
+    """Every pair this Studio can run, each once: the one given on the command line (it starts
+    first), the shipped pairs (the default first), then each pair in ``--models-dir``; with
+    ``--engine-url`` only the model that vLLM server serves. The model menu, the API's
+    /v1/models and model switching all read this one list; a new source of pairs adds its
+    entries here."""
     if config.vllm is not None and config.vllm.url:
         return [ModelChoice(f"vLLM at {config.vllm.url}", config.vllm.target, None, "vLLM server")]
-    choices: list[ModelChoice] = []
-    if config.engine.target:
-        target = config.engine.target
-        key = Path(target).name or target
-        if config.engine.draft:
-            key = f"{key} + {Path(config.engine.draft).name or config.engine.draft}"
-        choices.append(ModelChoice(key, target, config.engine.draft, "command line"))
-    if embedded_dir is None:
-        from engine.loading import embedded_pair
+    choices = [*_command_line_pair(config, assets), *_shipped_pairs(assets), *_models_dir_pairs(config.models_dir)]
+    return _unique(choices or [ModelChoice(DEFAULT_PAIR.name, None, None, "shipped", DEFAULT_PAIR.purpose)])
 
-        embedded_dir = embedded_pair()[0].parent
-    if (embedded_dir / "target").is_dir() or not choices:
-        choices.append(ModelChoice(EMBEDDED_KEY, None, None, "embedded", "fast, ignores requests"))
-    requests_pair = embedded_dir.parent / REQUESTS_PAIR
-    if (requests_pair / "target").is_dir() and (requests_pair / "draft").is_dir():
-        choices.append(ModelChoice(REQUESTS_KEY, str(requests_pair / "target"), str(requests_pair / "draft"),
-                                   "shipped beside the embedded pair", "slower drafts"))
-    if config.models_dir is not None:
-        for folder in sorted(Path(config.models_dir).iterdir()):
-            if (folder / "target").is_dir():
-                draft = folder / "draft"
-                choices.append(ModelChoice(folder.name, str(folder / "target"),
-                                           str(draft) if draft.is_dir() else None, str(folder)))
-    seen, unique = set(), []
+
+def _command_line_pair(config: AppConfig, assets: Path | None) -> list[ModelChoice]:
+    target, draft = config.engine.target, config.engine.draft
+    if not target:
+        return []
+    return [ModelChoice(pair_name(target, draft, assets), target, draft, "command line")]
+
+
+def _shipped_pairs(assets: Path | None) -> list[ModelChoice]:
+    choices = []
+    for pair in SHIPPED_PAIRS:
+        target, draft = pair_dirs(pair, assets)
+        if target.is_dir() and draft.is_dir():
+            choices.append(ModelChoice(pair.name, str(target), str(draft), "shipped", pair.purpose, pair.aliases))
+    return choices
+
+
+def _models_dir_pairs(models_dir: Path | None) -> list[ModelChoice]:
+    if models_dir is None:
+        return []
+    choices = []
+    for folder in sorted(Path(models_dir).iterdir()):
+        if (folder / "target").is_dir():
+            draft = folder / "draft"
+            choices.append(ModelChoice(folder.name, str(folder / "target"), str(draft) if draft.is_dir() else None,
+                                       str(folder)))
+    return choices
+
+
+def _unique(choices: list[ModelChoice]) -> list[ModelChoice]:
+    """Each pair once (the first entry for the same folders wins, with the others' aliases), and
+    each name once (a later pair with a taken name gets a number)."""
+    by_folders: dict[tuple, int] = {}
+    unique: list[ModelChoice] = []
     for choice in choices:
-        target, draft = (choice.target, choice.draft) if choice.key != EMBEDDED_KEY else (
-            embedded_dir / "target", embedded_dir / "draft")
-        folders = (target and str(Path(target).resolve()), draft and str(Path(draft).resolve()))
-        if choice.key not in seen and (folders[0] is None or folders not in seen):
-            seen |= {choice.key, folders}
-            unique.append(choice)
+        folders = (choice.target and str(Path(choice.target).resolve()), choice.draft and str(Path(choice.draft).resolve()))
+        if folders[0] is not None and folders in by_folders:
+            first = unique[by_folders[folders]]
+            merged = tuple(dict.fromkeys(first.aliases + (choice.key,) * (choice.key != first.key) + choice.aliases))
+            unique[by_folders[folders]] = replace(first, hint=first.hint or choice.hint, aliases=merged)
+            continue
+        taken = {c.key for c in unique}
+        key, n = choice.key, 2
+        while key in taken:
+            key, n = f"{choice.key}-{n}", n + 1
+        by_folders[folders] = len(unique)
+        unique.append(replace(choice, key=key))
     return unique
+
+
+def model_id(name: str) -> str:
+    """A name as clients may have typed it: 'tiny-coder (embedded)' -> 'tiny-coder-embedded'."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", name).strip("-").lower()
 
 
 Loader = Callable[[ModelChoice, Callable[[float, str], None]], Any]
@@ -90,15 +113,13 @@ def engine_loader(base: EngineConfig, vllm=None) -> Loader:
 
     def load(choice: ModelChoice, progress):
         if vllm is not None:
-            from dataclasses import replace
-
             from engine.vllm import VLLMEngine
 
             return VLLMEngine.open(replace(vllm, target=choice.target, draft=choice.draft), progress)
         from engine.runtime import Engine
 
         config = EngineConfig(target=choice.target, draft=choice.draft, device=base.device, dtype=base.dtype,
-                              speculative=base.speculative, threads=base.threads)
+                              speculative=base.speculative, threads=base.threads, name=choice.key)
         engine = Engine.load(config, progress=progress)
         progress(1.0, "measuring what a cycle costs (for the speed estimate)")
         engine.measure_costs()
@@ -119,6 +140,8 @@ class EngineHost:
 
     ``switch`` queues a load; while it runs, ``status()`` reports its progress. A failed load
     (an incompatible draft, a missing checkpoint) keeps the previous engine and reports why.
+    ``submit(fn, model=...)`` runs ``fn`` on that model, loading it first when another one is
+    loaded (as LM Studio and Ollama do): a request naming a model waits behind what runs.
     """
 
     def __init__(self, catalog: list[ModelChoice], loader: Loader, initial_key: str | None = None):
@@ -144,25 +167,56 @@ class EngineHost:
         with self._lock:
             return self._status
 
+    def models(self) -> list[ModelChoice]:
+        return list(self.catalog.values())
+
     def choices(self) -> list[tuple[str, str]]:
-        return [(f"{key} · {choice.hint}" if choice.hint else key, key) for key, choice in self.catalog.items()]
+        """(label, key) for the model menu: 'tiny-coder — answers simple requests'."""
+        return [(f"{key} — {choice.hint}" if choice.hint else key, key) for key, choice in self.catalog.items()]
+
+    def resolve(self, name: str | None) -> str | None:
+        """The menu key a name means: a key, an older name of it (a stored session's, an API
+        client's), or either as an API id ('tiny-coder-embedded'); None when no pair has it."""
+        if not name:
+            return None
+        if name in self.catalog:
+            return name
+        wanted = model_id(name)
+        for key, choice in self.catalog.items():
+            if name in choice.aliases or wanted in {model_id(n) for n in (key, *choice.aliases)}:
+                return key
+        return None
 
     # -------------------------------------------------------------- work on the one worker
     def start(self) -> Future:
         return self.switch(self.initial_key)
 
     def switch(self, key: str) -> Future:
+        key = self.resolve(key) or key
         if key not in self.catalog:
-            future: Future = Future()
-            future.set_exception(CheckpointError(f"unknown model {key!r}"))
-            return future
+            return _failed(CheckpointError(f"unknown model {key!r}"))
         with self._lock:
             self._status = LoadStatus("loading", 0.0, "queued", key, "")
         return self._executor.submit(self._load, key)
 
-    def submit(self, fn: Callable[[Any], Any]) -> Future:
-        """Run ``fn(engine)`` on the engine worker after everything queued before it."""
-        return self._executor.submit(lambda: fn(self._engine))
+    def submit(self, fn: Callable[[Any], Any], model: str | None = None) -> Future:
+        """Run ``fn(engine)`` on the engine worker after everything queued before it; with
+        ``model``, on that model (loaded first if need be; ``fn(None)`` when it cannot load:
+        the status says why, and the request is not answered by another model)."""
+        if model is None:
+            return self._executor.submit(lambda: fn(self._engine))
+        key = self.resolve(model)
+        if key is None:
+            return _failed(CheckpointError(f"unknown model {model!r}"))
+        return self._executor.submit(self._run_on, key, fn)
+
+    def _run_on(self, key: str, fn: Callable[[Any], Any]):
+        if key != self._key or self._engine is None:
+            try:
+                self._load(key)
+            except BaseException:  # noqa: BLE001 - the status reports it; fn refuses without an engine
+                return fn(None)
+        return fn(self._engine)
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -187,6 +241,12 @@ class EngineHost:
         if previous is not None and previous is not engine:
             close_engine(previous)
         return engine
+
+
+def _failed(exc: Exception) -> Future:
+    future: Future = Future()
+    future.set_exception(exc)
+    return future
 
 
 def guard_config(config: AppConfig) -> GuardConfig:
@@ -268,7 +328,7 @@ def build_context(config: AppConfig, *, store=None, loader: Loader | None = None
     config.validate()
     if store is None:
         store = SessionStore(config.db_path or default_db_path())
-    catalog = catalog if catalog is not None else model_catalog(config)
+    catalog = catalog if catalog is not None else available_models(config)
     host = EngineHost(catalog, loader or engine_loader(config.engine, config.vllm))
     defaults = Defaults(max_new_tokens=config.max_new_tokens, block_size=config.block_size,
                         fallback=config.fallback and config.vllm is None)  # vLLM has no per-request fallback

@@ -19,6 +19,7 @@ class EngineConfig:
     dtype: str | None = None  # None: bfloat16 on cuda, float32 on cpu
     speculative: bool = True  # False: load no draft at all
     threads: int | None = None  # CPU threads for torch; None: 1 for small models on CPU (see loading.pick_threads)
+    name: str | None = None  # what the pair is called (shown, stored); None: engine.shipped.pair_name of the paths
 
 
 # The largest block any engine accepts, in every edge (UI slider, CLI, API): the published DFlash

@@ -21,7 +21,7 @@ if bash scripts/install_vllm.sh > "$vllm_log" 2>&1; then
     tail -n 2 "$vllm_log"
 else
     tail -n 40 "$vllm_log" >&2
-    if [ "${CI:-}" = true ]; then
+    if python3 -m tests.needs; then  # the tests' own answer to "in CI" (CI=1, true or yes)
         echo "scripts/install_vllm.sh failed: CI runs the vLLM tests for real" >&2
         exit 1
     fi

@@ -67,7 +67,8 @@ def sse_events(response: httpx.Response) -> list:
 
 def test_models_and_health(served, client):
     models = client.models.list()
-    assert [m.id for m in models.data] == ["fake-coder"]
+    assert [m.id for m in models.data] == ["fake-coder", "incompatible-pair"]  # every pair, the loaded one first
+    assert [m.model_extra["dflash"]["loaded"] for m in models.data] == [True, False]
     assert client.models.retrieve("fake-coder").id == "fake-coder"
     health = httpx.get(served[2] + "/health")
     assert health.status_code == 200 and health.json()["status"] == "ok"

@@ -81,7 +81,7 @@ def test_streamed_greedy_chat_equals_generate(server):
     base, db = server
     client = openai.OpenAI(base_url=base + "/v1", api_key="not-needed-on-loopback", max_retries=0)
     model = client.models.list().data[0].id
-    assert model == "tiny-coder-embedded"
+    assert model == "tiny-coder"  # the default pair, loaded, listed first
     stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPT}],
                                             temperature=0, max_tokens=TOKENS, stream=True,
                                             stream_options={"include_usage": True},
@@ -106,5 +106,5 @@ def test_streamed_greedy_chat_equals_generate(server):
 def test_greedy_text_completion_equals_generate_raw(server):
     base, _ = server
     client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
-    reply = client.completions.create(model="tiny-coder-embedded", prompt=CODE, temperature=0, max_tokens=TOKENS)
+    reply = client.completions.create(model="tiny-coder", prompt=CODE, temperature=0, max_tokens=TOKENS)
     assert reply.choices[0].text == generate("--raw", CODE)["text"]

@@ -10,7 +10,7 @@ import pytest
 
 from app.cli import build_parser, main
 from app.config import ApiConfig, AppConfig, is_loopback, parse_auth
-from app.wiring import EMBEDDED_KEY, REQUESTS_KEY, EngineHost, ModelChoice, model_catalog
+from app.wiring import EngineHost, ModelChoice, available_models
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
 from tests.fake_engine import FakeEngine, fake_studio
@@ -56,35 +56,56 @@ def test_a_port_in_use_is_one_clear_line_not_a_traceback(capsys, tmp_path):
     assert f"cannot listen on 127.0.0.1:{port}" in err and "--port" in err and "Traceback" not in err
 
 
-def test_the_model_catalog_offers_command_line_and_models_dir_pairs(tmp_path):
+def test_available_models_lists_the_command_line_pair_the_shipped_ones_and_models_dir(tmp_path):
     for name in ("qwen-8b", "mimo"):
         (tmp_path / name / "target").mkdir(parents=True)
         (tmp_path / name / "draft").mkdir()
     (tmp_path / "not-a-model").mkdir()
     config = AppConfig(engine=EngineConfig(target="/models/t", draft="/models/d"), models_dir=tmp_path)
-    catalog = model_catalog(config, embedded_dir=tmp_path / "missing")
-    assert [c.key for c in catalog] == ["t + d", "mimo", "qwen-8b"]
+    catalog = available_models(config, assets=tmp_path / "missing")
+    assert [c.key for c in catalog] == ["t+d", "mimo", "qwen-8b"]
     assert catalog[1] == ModelChoice("mimo", str(tmp_path / "mimo" / "target"), str(tmp_path / "mimo" / "draft"),
                                      str(tmp_path / "mimo"))
-    assert [c.key for c in model_catalog(AppConfig(), embedded_dir=tmp_path / "missing")] == [EMBEDDED_KEY]
+    assert [c.key for c in available_models(AppConfig(), assets=tmp_path / "missing")] == ["tiny-coder"]
 
 
-def test_the_catalog_offers_the_shipped_request_pair_once():
-    """A new user picks the pair that answers requests in the app, no flags needed; with
-    ``--models-dir assets/models`` it is still listed once."""
-    from engine.loading import assets_dir
+def test_a_pair_given_by_paths_gets_a_readable_name():
+    """Not the folder ('target') nor 'target + draft': the pair's own folder, a hub id's name, or
+    a shipped pair's name."""
+    from engine.shipped import pair_name
+
+    assert pair_name("/models/mypair/target", "/models/mypair/draft") == "mypair"
+    assert pair_name("Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16") == "Qwen3-8B-DFlash-b16"
+    assert pair_name("XiaomiMiMo/MiMo-V2.5", "XiaomiMiMo/MiMo-V2.5/dflash") == "MiMo-V2.5"
+    assert pair_name("runs/target/model", "runs/draft4/model") == "runs+draft4"
+    assert pair_name("assets/models/tiny-coder-requests/target", "assets/models/tiny-coder-requests/draft") == "tiny-coder"
+    assert pair_name("assets/models/tiny-coder/target", "assets/models/tiny-coder/draft") == "tiny-coder-fast"
+
+
+def test_the_answering_pair_is_the_default_and_the_fast_pair_the_speed_demo():
+    """A new user's first request gets the pair that answers; the menu says what each is for;
+    ``--models-dir assets/models`` or the same pair given by paths lists each pair once, under its
+    name; the names older versions stored (sessions) or answered to (the API) still mean the same pair."""
+    from engine.loading import assets_dir, embedded_pair
 
     models = assets_dir() / "models"
-    pair = models / "tiny-coder-requests"
-    keys = [c.key for c in model_catalog(AppConfig())]
-    assert keys == [EMBEDDED_KEY, REQUESTS_KEY]
-    choice = model_catalog(AppConfig())[1]
-    assert (choice.target, choice.draft) == (str(pair / "target"), str(pair / "draft"))
-    listed = model_catalog(AppConfig(models_dir=models))
-    assert [c.key for c in listed] == [EMBEDDED_KEY, REQUESTS_KEY]
-    # the picker says which pair does what; its values stay the stored keys
-    labels = dict((key, label) for label, key in EngineHost(listed, loader=None).choices())
-    assert labels[EMBEDDED_KEY].endswith("ignores requests") and labels[REQUESTS_KEY].endswith("slower drafts")
+    assert embedded_pair()[0] == models / "tiny-coder-requests" / "target"  # generate, bench, vLLM: the default
+    catalog = available_models(AppConfig())
+    assert [c.key for c in catalog] == ["tiny-coder", "tiny-coder-fast"]
+    assert (catalog[0].target, catalog[0].draft) == (str(models / "tiny-coder-requests" / "target"),
+                                                     str(models / "tiny-coder-requests" / "draft"))
+    assert (catalog[1].target, catalog[1].draft) == (str(models / "tiny-coder" / "target"), str(models / "tiny-coder" / "draft"))
+    given = AppConfig(engine=EngineConfig(target=str(models / "tiny-coder" / "target"), draft=str(models / "tiny-coder" / "draft")),
+                      models_dir=models)
+    assert [c.key for c in available_models(given)] == ["tiny-coder-fast", "tiny-coder"]  # the given pair starts
+    host = EngineHost(available_models(AppConfig(models_dir=models)), loader=None)
+    assert host.choices() == [("tiny-coder — answers simple requests", "tiny-coder"),
+                              ("tiny-coder-fast — speed demo, does not answer requests", "tiny-coder-fast")]
+    for old, now in [("tiny-coder (embedded)", "tiny-coder-fast"), ("tiny-coder-embedded", "tiny-coder-fast"),
+                     ("tiny-coder-requests", "tiny-coder"), ("tiny-coder-requests (answers requests)", "tiny-coder"),
+                     ("tiny-coder-requests-answers-requests", "tiny-coder"), ("TINY-CODER-FAST", "tiny-coder-fast"),
+                     ("gpt-4o", None)]:
+        assert host.resolve(old) == now, old
 
 
 def test_the_model_loads_in_the_background_with_progress_and_a_failure_keeps_the_old_one():

@@ -134,21 +134,21 @@ def test_every_route_refuses_a_request_without_login(auth_server):
     studio, base = auth_server
     paths = route_paths(studio.demo.app)
     assert len(paths) > 40 and "/gradio_api/queue/join" in paths
-    checked = 0
+    checked, leaked, wrong = 0, [], []  # leaked: the secret in a body; wrong: a status other than a refusal
     with httpx.Client(timeout=10) as http:
         for path in paths:
             for method in ("GET", "POST"):
                 response = http.request(method, base + path)
                 checked += 1
-                assert SECRET not in response.text, (method, path)
-                assert response.status_code < 500, (method, path, response.status_code)
+                if SECRET in response.text:
+                    leaked.append((method, path))
                 exempt = login_exempt({"method": method, "path": path}, guard_config(studio.config))
-                if path.startswith("/v1/"):
-                    assert response.status_code in (401, 403, 404, 405), (method, path)
-                elif not exempt:
-                    assert response.status_code == 401, (method, path, response.status_code)
+                refusals = (401, 403, 404, 405) if path.startswith("/v1/") else (401,)
+                if response.status_code >= 500 or not exempt and response.status_code not in refusals:
+                    wrong.append((method, path, response.status_code))
+    record_figure("routes_without_login", requests=checked, leaked=len(leaked), not_refused=len(wrong))
+    assert not leaked and not wrong, (leaked[:5], wrong[:5])
     assert checked >= 80
-    record_figure("routes_without_login", requests=checked, leaked=0)
 
 
 def test_a_login_opens_the_app_and_the_api(auth_server):
@@ -223,16 +223,20 @@ def test_file_routes_serve_nothing_outside_the_apps_files(auth_server, tmp_path)
     values = dict(db=studio.store.path, secret=secret, tmp=tmp_path, secret_name=secret.name,
                   secret_upper=str(secret).upper(), app=Path(__file__).resolve().parents[1], symlink=link)
     corpus = [t.format(**values) for t in TRAVERSALS]
+    requests, served = 0, []  # served: a request answered with anything but a refusal, or with a file's bytes
     with httpx.Client(timeout=10) as http:
         http.post(base + "/login", data={"username": AUTH[0], "password": AUTH[1]})
         for target in corpus:
             for route in ("/gradio_api/file=", "/file=", "/gradio_api/file/", "/static/", "/assets/"):
                 response = http.get(base + route + target)
+                requests += 1
                 body = response.content
-                assert response.status_code in (400, 403, 404, 405, 422), (route, target, response.status_code)
-                assert SECRET.encode() not in body and b"SQLite format 3" not in body and b"root:" not in body
-    assert len(corpus) * 5 >= 140
-    record_figure("traversal", requests=len(corpus) * 5, variants=len(corpus), served_outside=0)
+                if (response.status_code not in (400, 403, 404, 405, 422) or SECRET.encode() in body
+                        or b"SQLite format 3" in body or b"root:" in body):
+                    served.append((route, target, response.status_code))
+    record_figure("traversal", requests=requests, variants=len(corpus), served_outside=len(served))
+    assert not served, served[:5]
+    assert requests >= 140
 
 
 def test_uploads_and_bodies_are_capped_and_the_queue_is_bounded(open_server):

@@ -4,11 +4,8 @@ and FAILS them under CI=true (CI must run them for real)."""
 
 from __future__ import annotations
 
-import os
-
-import pytest
-
 from engine.vllm import VLLMConfig, default_vllm_python
+from tests.needs import missing
 
 STARTUP_TIMEOUT_S = 900.0  # a 2-core machine shared with other jobs can take minutes
 
@@ -16,10 +13,7 @@ STARTUP_TIMEOUT_S = 900.0  # a 2-core machine shared with other jobs can take mi
 def require_vllm() -> str:
     python = default_vllm_python()
     if not python.exists():
-        message = f"vLLM is not installed ({python} missing): run bash scripts/install_vllm.sh"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(f"vLLM is not installed ({python} missing): run bash scripts/install_vllm.sh")
     return str(python)
 
 

@@ -31,7 +31,10 @@ class EngineHost(Protocol):
 
     def choices(self) -> list[tuple[str, str]]: ...  # (label, key) for the model picker
 
-    def submit(self, fn: Callable[[Any], Any]) -> Future: ...  # fn(engine) on the worker, after pending loads
+    def resolve(self, name: str | None) -> str | None: ...  # the key a (stored, older) model name means
+
+    def submit(self, fn: Callable[[Any], Any], model: str | None = None) -> Future: ...  # fn(engine) on the worker,
+    # after pending loads; with ``model``, on that model (loaded first when another one is loaded)
 
     def switch(self, key: str) -> Future: ...  # load another model; the old one stays on failure
 

@@ -43,7 +43,8 @@ def stream_reply(ctx: UIContext, request: GenerationRequest) -> Iterator[ReplyUp
     cancel = ctx.new_cancel(request.session_id)
     out: queue.Queue = queue.Queue()
     try:
-        job = ctx.engines.submit(lambda engine: record_reply(ctx, request, engine, cancel, out))
+        job = ctx.engines.submit(lambda engine: record_reply(ctx, request, engine, cancel, out),
+                                 model=request.settings.get("model"))  # the session's model, loaded first if need be
     except BaseException:
         ctx.forget_cancel(request.session_id, cancel)
         raise

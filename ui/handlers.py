@@ -29,6 +29,7 @@ from storage.transfer import parse_export
 from . import charts
 from .context import STORE_ERRORS, UIContext
 from .generation import GenerationRequest, stream_reply
+from .models import model_status_html, model_view, prompt_for_model, reply_notices, session_model, stored_model
 from .named import refused
 from .render import assistant_markdown, esc, render_token_view, stats_html, user_markdown
 from .trace import ReplyTrace
@@ -38,7 +39,7 @@ TITLE_CHARS = 48
 # What each kind of event may change, by component name (the order is the Gradio API's).
 REPLY_FIGURES = ("token_view", "stats", "acceptance_chart", "tau_histogram", "position_chart")
 SESSION_VIEW = ("session", "remembered", "chat", "msg_ids", "sessions", "title", "token_view", "stats",
-                "acceptance_chart", "session_chart", "tau_histogram", "position_chart", *SETTING_KEYS, "streaming")
+                "acceptance_chart", "session_chart", "tau_histogram", "position_chart", *SETTING_KEYS, "streaming", "model", "model_status")
 SENT = ("session", "remembered", "chat", "msg_ids", "chat_input", "sessions", "title")
 COMPLETED = ("session", "remembered", "chat", "msg_ids", "sessions", "title")
 STREAMED = ("chat", "msg_ids", "token_view", "stats", "acceptance_chart", "session_chart", "tau_histogram",
@@ -216,13 +217,15 @@ def chat_history(ctx: UIContext, session_id: int | None) -> tuple[list[dict], li
     for row in ctx.store.session_cycle_series(session_id):
         series.setdefault(row["message_id"], []).append(row)
     rows, ids = [], []
-    for m in ctx.store.get_messages(session_id):
+    messages = ctx.store.get_messages(session_id)
+    notices = reply_notices(ctx, messages)  # where the session's model changed
+    for m in messages:
         if m["role"] == "user":
             rows.append({"role": "user", "content": user_markdown(m["content"], m["kind"])})
         elif m["role"] == "assistant":
             figures = _light_trace(series.get(m["id"], []))
             figures.finished = {"tokens_per_s": m["tokens_per_s"]}
-            rows.append({"role": "assistant", "content": assistant_markdown(
+            rows.append({"role": "assistant", "content": notices.get(m["id"], "") + assistant_markdown(
                 m["content"], m["status"], figures, m["error"], m["kind"], tokens=m["new_tokens"])})
         else:
             continue
@@ -284,7 +287,7 @@ def session_view(ctx: UIContext, session_id: int | None, query: str = "") -> dic
     view = {"session": session_id, "remembered": session_id, "chat": history, "msg_ids": ids,
             "sessions": session_list(ctx, session_id, query), "title": session["title"] if session else "",
             **reply_outputs(trace, mode), "session_chart": charts.plot(charts.session_chart(session_stats)),
-            "streaming": None}
+            "streaming": None, **model_view(ctx, session)}
     # a session's own settings; a page with no session yet (+ New session) starts from the defaults
     view.update(settings_outputs(ctx, session["settings"] if session else None))
     return view
@@ -500,8 +503,8 @@ def save_settings(ctx: UIContext, session_id: int | None, block_size, temperatur
     if session_id is None:
         return
     settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
-    settings["model"] = ctx.engines.current_key
     try:
+        settings["model"] = stored_model(ctx.store.get_session(session_id)) or ctx.engines.current_key  # its own
         ctx.store.update_session_settings(session_id, settings)
     except STORE_ERRORS:
         pass  # the session was deleted meanwhile: nothing to save it into
@@ -543,13 +546,16 @@ def refusal_text(exc: Exception) -> str:
 
 
 def _store_prompt(ctx: UIContext, session_id: int | None, text: str, kind: str, settings: dict) -> int:
-    settings = {**settings, "model": ctx.engines.current_key}
     try:
-        if session_id is None:
-            session_id = ctx.store.create_session(_title(text), model=ctx.engines.current_key, settings=settings)
+        session = ctx.store.get_session(session_id) if session_id is not None else None
+        model = session_model(ctx, session)  # a session keeps its model; a new one takes the loaded one
+        settings = {**settings, "model": model}
+        if session is None:
+            session_id = ctx.store.create_session(_title(text), model=model, settings=settings)
         else:
-            ctx.store.get_session(session_id)
             ctx.store.update_session_settings(session_id, settings)
+            if ctx.engines.resolve(session["model"]) != model:
+                ctx.store.update_session_model(session_id, model)
         ctx.store.add_message(session_id, "user", text, kind=kind, settings=settings)
     except STORE_ERRORS as exc:
         raise refused(f"Could not save the message: {exc}") from None
@@ -577,7 +583,8 @@ def check_send(ctx: UIContext, session_id: int | None, text: str, block_size, te
     settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
     messages = _messages(ctx, session_id) if session_id is not None else []
     _check_no_reply_waiting(ctx, session_id, messages)
-    check_settings(ctx, settings, _chat_prompt(messages) + [{"role": "user", "content": text}])
+    model = session_model(ctx, ctx.store.get_session(session_id) if messages else None)
+    check_settings(ctx, settings, prompt_for_model(ctx, messages, model) + [{"role": "user", "content": text}])
     return settings
 
 
@@ -672,12 +679,12 @@ def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top
         raise refused("No session: send a message first.")
     settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
     sampling, fallback = check_settings(ctx, settings)
-    settings["model"] = ctx.engines.current_key
     if sampling.temperature > 0:  # a stored seed makes a sampled reply reproducible (teach mode's compare)
         settings["seed"] = secrets.randbelow(2**31)
         sampling = replace(sampling, seed=settings["seed"])
     try:
         messages = ctx.store.get_messages(session_id)
+        settings["model"] = session_model(ctx, ctx.store.get_session(session_id))  # the session's model answers
     except STORE_ERRORS as exc:
         raise refused(str(exc)) from None
     if not messages or messages[-1]["role"] != "user":  # e.g. a second request for one message
@@ -685,7 +692,7 @@ def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top
         return
     last = messages[-1]
     complete = last["kind"] == "complete"
-    prompt = heal_code_prompt(last["content"]) if complete else _chat_prompt(messages)
+    prompt = heal_code_prompt(last["content"]) if complete else prompt_for_model(ctx, messages, settings["model"])
     request = GenerationRequest(session_id, prompt, complete, last["kind"], sampling, fallback, settings)
     stream = ctx.watch_stream(page) if page else None
     try:
@@ -705,6 +712,7 @@ def _reply_views(ctx: UIContext, request: GenerationRequest, to_editor: bool):
     session_id, complete = request.session_id, request.raw
     base_rows, base_ids = chat_history(ctx, session_id)
     mode = "complete" if complete else "chat"
+    notice = "" if complete else reply_notices(ctx, ctx.store.get_messages(session_id), request.settings["model"]).get(None, "")
     last_chart = 0.0
     for update in stream_reply(ctx, request):
         trace = update.trace
@@ -716,7 +724,7 @@ def _reply_views(ctx: UIContext, request: GenerationRequest, to_editor: bool):
         if update.status == "waiting":
             yield {"chat": base_rows + [{"role": "assistant", "content": f"⏳ {esc(update.note)}"}], "msg_ids": base_ids}
             continue
-        content = assistant_markdown(trace.text, update.status, trace, trace.error, request.kind)
+        content = notice + assistant_markdown(trace.text, update.status, trace, trace.error, request.kind)
         view = {"chat": base_rows + [{"role": "assistant", "content": content}],
                 "msg_ids": base_ids + ([update.message_id] if update.message_id is not None else []),
                 "token_view": render_token_view(trace, mode), "stats": stats_html(trace),
@@ -834,34 +842,9 @@ def edited_text(value, kind: str) -> str:
 # ============================================================================ model
 
 
-def model_status_html(ctx: UIContext) -> str:
+def poll_model(ctx: UIContext, page_model: str | None = None) -> dict:
     status = ctx.engines.status()
-    engine = ctx.engines.engine
-    if status.state == "loading":
-        pct = max(0.0, min(1.0, status.fraction))
-        return (f'<div class="model-status loading" data-state="loading">Loading <b>{esc(status.model_key)}</b>: '
-                f'{esc(status.message)}<div class="bar"><div style="width:{pct * 100:.0f}%"></div></div></div>')
-    parts = []
-    if engine is not None:
-        info = {}
-        try:
-            info = engine.info()
-        except Exception:  # noqa: BLE001 - a description is optional
-            pass
-        detail = " · ".join(str(x) for x in (info.get("device"), info.get("dtype"),
-                                              f"block {engine.block_size}" if engine.speculative else "no draft") if x)
-        parts.append(f'<span class="ok">●</span> <b>{esc(engine.name)}</b> <span class="detail">{esc(detail)}</span>')
-    if status.error:
-        parts.append(f'<span class="model-error">⚠ {esc(status.error)}</span>')
-    if not parts:
-        parts.append('<span class="model-error">no model loaded</span>')
-    state = "ready" if engine is not None else "failed"
-    return f'<div class="model-status {state}" data-state="{state}">{" ".join(parts)}</div>'
-
-
-def poll_model(ctx: UIContext) -> dict:
-    status = ctx.engines.status()
-    return {"model_status": model_status_html(ctx), "timer": gr.Timer(active=status.state == "loading"),
+    return {"model_status": model_status_html(ctx, page_model), "timer": gr.Timer(active=status.state == "loading"),
             **engine_controls(ctx)}
 
 
@@ -880,17 +863,28 @@ def engine_controls(ctx: UIContext) -> dict:
     return {"block_size": block, "fallback": fallback, "show_rejected": rejected}
 
 
-def pick_model(ctx: UIContext, key: str) -> dict:
-    """Load another pair on the engine worker; an incompatible draft is refused with the reason
-    and the current model stays."""
-    if not key or key == ctx.engines.current_key and ctx.engines.status().state != "failed":
-        return {"model_status": model_status_html(ctx), "timer": gr.Timer(active=False)}
-    future = ctx.engines.switch(key)
-    try:
-        future.result()
-    except Exception as exc:  # noqa: BLE001 - shown to the user with its reason
-        gr.Warning(f"Cannot use {key}: {exc}")
-        return {"model": gr.Dropdown(choices=ctx.engines.choices(), value=ctx.engines.current_key),
-                "model_status": model_status_html(ctx), "timer": gr.Timer(active=False)}
-    gr.Info(f"Model {key} loaded.")
-    return {"model_status": model_status_html(ctx), "timer": gr.Timer(active=False), **engine_controls(ctx)}
+def pick_model(ctx: UIContext, key: str, session_id: int | None = None) -> dict:
+    """Load another pair on the engine worker, and make it the model of the session shown (its
+    next reply comes from it; the chat says so). An incompatible draft is refused with the
+    reason, and the menu goes back to the session's model."""
+    session = None
+    if session_id is not None:
+        try:
+            session = ctx.store.get_session(session_id)
+        except STORE_ERRORS:
+            session = None
+    key = ctx.engines.resolve(key) or key
+    if key and (key != ctx.engines.current_key or ctx.engines.status().state == "failed"):
+        try:
+            ctx.engines.switch(key).result()
+        except Exception as exc:  # noqa: BLE001 - shown to the user with its reason
+            gr.Warning(f"Cannot use {key}: {exc}")
+            return {**model_view(ctx, session), "timer": gr.Timer(active=False)}
+        gr.Info(f"Model {key} loaded.")
+    if session is not None and key and session_model(ctx, session) != key:
+        try:
+            ctx.store.update_session_settings(session_id, {**(session["settings"] or {}), "model": key})
+            ctx.store.update_session_model(session_id, key)
+        except STORE_ERRORS:
+            pass  # the session was deleted meanwhile
+    return {"model_status": model_status_html(ctx, key), "timer": gr.Timer(active=False), **engine_controls(ctx)}

@@ -138,7 +138,8 @@ def _settings_column(ctx: UIContext, c: SimpleNamespace) -> None:
     c.model_status = gr.HTML(h.model_status_html(ctx), elem_id="model-status")
     with gr.Accordion("Settings (saved with the session)", open=True):
         c.model = gr.Dropdown(choices=ctx.engines.choices(), value=ctx.engines.current_key or None,
-                              label="Model (target + DFlash draft)", elem_id="model-picker")
+                              label="Model (target + DFlash draft): the session's, it answers on Send",
+                              elem_id="model-picker")
         c.block_size = gr.Slider(1, ctx.defaults.max_block_size, value=defaults["block_size"], step=1,
                                  label="Block size (1 = no speculation)", elem_id="block-size")
         c.temperature = gr.Slider(0.0, 2.0, value=defaults["temperature"], step=0.05, label="Temperature",
@@ -185,8 +186,11 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     loaded = outputs(*h.SESSION_VIEW, "chat_input", "page")
     demo.load(loaded.wrap(on_load), [c.remembered], loaded.components, api_name="load_session")
     for trigger in (demo.load, c.timer.tick):
-        trigger(model_status.wrap(partial(h.poll_model, ctx)), None, model_status.components,
+        trigger(model_status.wrap(partial(h.poll_model, ctx)), [c.model], model_status.components,
                 api_visibility="undocumented")
+    # the header follows the engine (a model an API request switched to, a load that Send queued)
+    c.live.tick(partial(h.model_status_html, ctx), [c.model], c.model_status, api_visibility="undocumented",
+                show_progress="hidden")
     live = outputs(*h.LIVE)
     c.live.tick(live.wrap(partial(h.live_refresh, ctx)), [c.session, c.search, c.live_seen, c.streaming], live.components,
                 api_visibility="undocumented", show_progress="hidden")
@@ -238,7 +242,7 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     c.show_rejected.change(None, [c.show_rejected], None, js=SHOW_REJECTED_JS)
     _wire_defaults_and_tabs(ctx, c, outputs)
     picked = outputs("model", *h.MODEL_STATUS)
-    c.model.input(picked.wrap(partial(h.pick_model, ctx)), [c.model], picked.components, api_name="pick_model")
+    c.model.input(picked.wrap(partial(h.pick_model, ctx)), [c.model, c.session], picked.components, api_name="pick_model")
 
 
 def _wire_defaults_and_tabs(ctx: UIContext, c: SimpleNamespace, outputs) -> None:

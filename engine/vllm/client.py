@@ -165,6 +165,7 @@ class VLLMEngine:
     def launch(cls, config: VLLMConfig, progress=None) -> "VLLMEngine":
         """Start a vLLM server for ``config.target`` + ``config.draft`` (default: the embedded pair)."""
         from ..loading import EMBEDDED_NAME, embedded_pair, resolve
+        from ..shipped import pair_name
 
         report = progress or (lambda fraction, message: None)
         if config.target is None:
@@ -174,7 +175,7 @@ class VLLMEngine:
         else:
             target_dir = resolve(config.target, "target")
             draft_dir = resolve(config.draft, "draft") if config.draft else None
-            name = Path(config.target).name or config.target
+            name = pair_name(config.target, config.draft)  # a shipped pair's name, not its folder's
         report(0.05, f"loading the tokenizer of {name}")
         tokenizer, _ = load_tokenizer(str(target_dir))
         server = start_server(config, target_dir, draft_dir, config.served_name or name, report)

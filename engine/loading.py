@@ -4,7 +4,6 @@ check that they fit together, and pick device and dtype."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -15,19 +14,15 @@ from .config import EngineConfig
 from .draft import DFlashDraftModel, draft_setting, load_draft
 from .errors import CheckpointError, IncompatibleDraftError, InvalidRequestError
 from .features import decoder_layers
+from .shipped import ASSETS_ENV, DEFAULT_PAIR, assets_dir, pair_dirs, pair_name  # noqa: F401 (re-exported)
 from .weights import check_weight_files, guard_logits, safetensors_files
 
-ASSETS_ENV = "DFLASH_STUDIO_ASSETS"
-EMBEDDED_NAME = "tiny-coder"
-
-
-def assets_dir() -> Path:
-    return Path(os.environ.get(ASSETS_ENV) or Path(__file__).resolve().parent.parent / "assets")
+EMBEDDED_NAME = DEFAULT_PAIR.name
 
 
 def embedded_pair() -> tuple[Path, Path]:
-    root = assets_dir() / "models" / EMBEDDED_NAME
-    return root / "target", root / "draft"
+    """The default shipped pair (engine.shipped): what runs when no --target is given."""
+    return pair_dirs(DEFAULT_PAIR)
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -206,11 +201,11 @@ def load_models(config: EngineConfig, progress: Callable[[float, str], None] | N
         if not target_dir.is_dir():
             raise CheckpointError(f"the embedded tiny coder is missing ({target_dir}); reinstall or pass --target")
         draft_source = str(draft_dir) if config.draft is None else config.draft
-        name = EMBEDDED_NAME
+        name = config.name or EMBEDDED_NAME
     else:
         target_dir = resolve(config.target, "target")
         draft_source = config.draft
-        name = Path(config.target).name or config.target
+        name = config.name or pair_name(config.target, config.draft)
     report(0.1, f"loading target {target_dir.name} on {device.type} ({str(dtype).removeprefix('torch.')})")
     target, tokenizer = load_target(target_dir, device, dtype)
     draft = None

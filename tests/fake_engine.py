@@ -95,7 +95,8 @@ class FakeEngine:
                  cancel: threading.Event | None = None, **_ignored):
         sampling = self.check_request(list(prompt_ids), sampling)  # raises now, like the real engine
         reply = self._script.pop(0) if self._script else self.default_reply
-        self.calls.append({"prompt_ids": list(prompt_ids), "sampling": sampling, "fallback": fallback})
+        self.calls.append({"prompt_ids": list(prompt_ids), "sampling": sampling, "fallback": fallback,
+                           "prompt_text": getattr(self, "last_prompt", None)})
         return self._run(reply, sampling, fallback or FallbackConfig(enabled=False), cancel, len(prompt_ids))
 
     def _run(self, reply: FakeReply, sampling, fallback, cancel, prompt_tokens):
@@ -172,9 +173,11 @@ class FakeEngine:
                        decode_ms=total_ms - 1.0, total_ms=total_ms, cycles=len(taus))
 
 
-def fake_studio(engine: FakeEngine | None = None, db_path=None, load_delay_s: float = 0.0, ui: bool = True, **config):
+def fake_studio(engine: FakeEngine | None = None, db_path=None, load_delay_s: float = 0.0, ui: bool = True,
+                others: tuple[FakeEngine, ...] = (), **config):
     """A ``Studio`` (app.wiring) on a FakeEngine and a store (in memory unless ``db_path``);
-    with ``ui=False`` just the ``UIContext`` (handler tests need no page)."""
+    with ``ui=False`` just the ``UIContext`` (handler tests need no page). ``others``: more
+    engines the model menu offers (by their names), after ``engine``."""
     from app.config import AppConfig
     from app.wiring import ModelChoice, build_context, build_studio
     from storage import SessionStore
@@ -191,9 +194,10 @@ def fake_studio(engine: FakeEngine | None = None, db_path=None, load_delay_s: fl
             from engine.errors import IncompatibleDraftError
 
             raise IncompatibleDraftError("draft does not fit the target: hidden size 64 ≠ target's 128")
-        return engine if choice.key == engine.name else broken
+        return next((e for e in (engine, *others) if e.name == choice.key), broken)
 
-    catalog = [ModelChoice(engine.name, None, None), ModelChoice("incompatible-pair", "t", "d")]
+    catalog = [ModelChoice(engine.name, None, None), *(ModelChoice(e.name, None, None) for e in others),
+               ModelChoice("incompatible-pair", "t", "d")]
     store = SessionStore(db_path) if db_path else SessionStore()
     config.setdefault("open_browser", False)
     config.setdefault("flush_interval_s", 0.2)

@@ -1,4 +1,4 @@
-"""`dflash-studio sessions list|show|export|import|delete`: the stored chat sessions from a shell.
+"""`dflash-studio sessions list|show|export|import|share|delete`: the stored chat sessions from a shell.
 
 Opens the database with ``recover=False``: a running app may be streaming a reply into the same
 file, and only the app itself decides that a reply left 'streaming' was interrupted.
@@ -15,11 +15,13 @@ from engine.files import write_text_atomically
 from storage import DB_PATH_ENV_VAR, ImportFormatError, SessionStore, StoreError, default_db_path
 from storage.transfer import parse_export
 
+from . import cmd_share
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "sessions",
-        help="list, show, export, import or delete stored chat sessions",
+        help="list, show, export, import, share or delete stored chat sessions",
         description="Manage the chat sessions stored in SQLite.",
     )
     parser.set_defaults(func=lambda args: _print_help(parser))
@@ -56,6 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     target.add_argument("--all", action="store_true", help="every session")
     delete_parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     delete_parser.set_defaults(func=_guarded(delete_session))
+
+    cmd_share.register(commands, database, _guarded)
 
 
 def _print_help(parser: argparse.ArgumentParser) -> int:

@@ -108,10 +108,25 @@ def m003_preferences(db: sqlite_utils.Database) -> None:
     db.execute("CREATE TABLE preferences (name TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at TEXT NOT NULL)")
 
 
+def m004_comparisons(db: sqlite_utils.Database) -> None:
+    """What Compare measured for a reply (plain decoding re-run, DFlash re-run): one JSON record per
+    reply, the latest; it goes when its reply goes."""
+    db.execute(
+        """
+        CREATE TABLE comparisons (
+            message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+            created_at TEXT NOT NULL,
+            data TEXT NOT NULL
+        )
+        """
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     ("m001_sessions_messages_cycles", m001_sessions_messages_cycles),
     ("m002_listing_and_recovery_indexes", m002_listing_and_recovery_indexes),
     ("m003_preferences", m003_preferences),
+    ("m004_comparisons", m004_comparisons),
 )
 
 

@@ -546,6 +546,26 @@ class SessionStore:
                 [session_id],
             )
 
+    # -- comparisons with plain decoding --
+
+    @_looks_up("message")
+    def save_comparison(self, message_id: int, record: dict) -> None:
+        """Keep what Compare measured for a reply (a JSON-able dict), replacing an earlier one."""
+        if not isinstance(record, dict):
+            raise ValueError(f"a comparison must be a dict, got {type(record).__name__}")
+        data = settings_to_json(record)
+        with self._write() as db:
+            self._session_of_message(db, message_id)
+            db.execute("INSERT INTO comparisons (message_id, created_at, data) VALUES (?, ?, ?) "
+                       "ON CONFLICT(message_id) DO UPDATE SET created_at = excluded.created_at, data = excluded.data",
+                       [message_id, self._now(), data])
+
+    @_looks_up("message")
+    def get_comparison(self, message_id: int) -> dict | None:
+        """The comparison kept for a reply, or None when Compare never ran on it."""
+        rows = self._query("SELECT data FROM comparisons WHERE message_id = ?", [message_id])
+        return settings_from_json(rows[0]["data"]) if rows else None
+
     # -- statistics (computed in SQL over the cycles) --
 
     def _cycle_stats(self, where: str, params: list[Any]) -> dict:

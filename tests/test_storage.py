@@ -26,6 +26,7 @@ from storage import (
     StaleSessionError,
     default_db_path,
 )
+from storage.migrations import MIGRATIONS
 from tests.storage_helpers import FakeClock, make_cycle
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -79,6 +80,8 @@ EXPECTED_COLUMNS = {
         "context_length": int, "new_context_features": int, "draft_tokens": str, "emitted": str,
         "emitted_pieces": str, "rejected": str, "rejected_pieces": str, "slots": str, "extra": str,
     },
+    "comparisons": {"message_id": int, "created_at": str, "data": str},
+    "preferences": {"name": str, "value": str, "updated_at": str},
     "_migrations": {"name": str, "applied_at": str},
 }
 
@@ -94,9 +97,13 @@ def test_schema_has_exactly_the_expected_tables_columns_keys_and_indexes(any_sto
     assert [(fk.column, fk.other_table, fk.other_column) for fk in db["cycles"].foreign_keys] == [
         ("message_id", "messages", "id")
     ]
-    on_delete = {row[2]: row[6] for table in ("messages", "cycles")
+    assert [(fk.column, fk.other_table, fk.other_column) for fk in db["comparisons"].foreign_keys] == [
+        ("message_id", "messages", "id")
+    ]
+    on_delete = {(table, row[2]): row[6] for table in ("messages", "cycles", "comparisons")
                  for row in db.execute(f"PRAGMA foreign_key_list({table})").fetchall()}
-    assert on_delete == {"sessions": "CASCADE", "messages": "CASCADE"}
+    assert on_delete == {("messages", "sessions"): "CASCADE", ("cycles", "messages"): "CASCADE",
+                         ("comparisons", "messages"): "CASCADE"}
     indexes = {(index.name, tuple(index.columns), bool(index.unique))
                for table in ("sessions", "messages", "cycles") for index in db[table].indexes}
     assert indexes == {
@@ -106,7 +113,7 @@ def test_schema_has_exactly_the_expected_tables_columns_keys_and_indexes(any_sto
         ("idx_messages_status", ("status",), False),
         ("sqlite_autoindex_cycles_1", ("message_id", "idx"), True),
     }
-    assert any_store.applied_migrations() == ["m001_sessions_messages_cycles", "m002_listing_and_recovery_indexes"]
+    assert any_store.applied_migrations() == [name for name, _ in MIGRATIONS]  # all of them, in order
 
 
 def test_on_disk_store_uses_wal_full_sync_busy_timeout_and_foreign_keys(disk_store):

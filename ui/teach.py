@@ -8,7 +8,8 @@ from the store; the comparison runs on the engine worker (``ctx.engines.submit``
 
 Element ids: teach-session, teach-reply, teach-refresh, teach-prev, teach-play, teach-next,
 teach-speed, teach-cycle, teach-step (holding teach-caption, teach-context, teach-block,
-teach-slots, teach-heatmap, teach-text, teach-cost, teach-cache), teach-explain, compare, compare-stop,
+teach-slots, teach-heatmap, teach-text, teach-cost, teach-cache), teach-share, teach-gif, teach-gif-file,
+teach-explain, compare, compare-stop,
 compare-result,
 compare-chart, analytics-summary, analytics-tau-time, analytics-tau-hist, analytics-position,
 analytics-table, analytics-export, analytics-files.
@@ -27,8 +28,9 @@ from . import charts
 from .context import STORE_ERRORS, UIContext
 from .named import Outputs, checked, refused
 from .render import esc
-from .teach_compare import Comparison, run_comparison, sampling_from_settings, stored_run
+from .teach_compare import Comparison, comparison_record, run_comparison, sampling_from_settings, stored_run
 from .teach_render import TEACH_CSS, compare_html, explainer_html, step_html
+from .teach_share import build_share_controls, wire_share
 from .teach_steps import TeachStep, build_steps, reply_numbers, reply_prompt
 from .trace import engine_note
 
@@ -336,6 +338,10 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
                                              f"both runs were limited to {produced} tokens."]))
     comparison = Comparison(stored_run(message, cycles), plain, dflash, float(settings.get("temperature") or 0.0),
                             note, method)
+    try:  # kept with the reply: a shared replay races the two runs
+        ctx.store.save_comparison(message["id"], comparison_record(comparison, engine_name))
+    except STORE_ERRORS:
+        pass  # the reply was deleted meanwhile; the result is still shown
     yield {"compare_result": compare_html(comparison), "compare_chart": charts.plot(timeline_chart(comparison))}
 
 
@@ -392,6 +398,7 @@ def build_teach_tab(ctx: UIContext, demo: gr.Blocks, tab: gr.Tab | None = None,
         c["speed"] = gr.Slider(SPEEDS[0], SPEEDS[1], value=1.0, step=0.25, label="Play speed (cycles/s)",
                                elem_id="teach-speed", scale=1, min_width=160)
     c["step"] = gr.HTML(step_html(None), elem_id="teach-step")
+    build_share_controls(c)
     with gr.Accordion("Compare with plain decoding (identical output, how much faster?)", open=True):
         with gr.Row():
             c["compare"] = gr.Button("Compare with plain decoding", elem_id="compare", variant="secondary", scale=4)
@@ -450,3 +457,4 @@ def wire(ctx: UIContext, c: dict, tab, demo) -> None:
         comparison.wrap(partial(compare, ctx)), [c["reply"]], comparison.components, api_name="compare", **ENGINE_QUEUE)
     c["compare_stop"].click(partial(stop_compare, ctx), [c["reply"]], None, queue=False, api_name="stop_compare")
     c["export"].click(partial(export_analytics, ctx), [c["session"]], c["files"], api_name="export_analytics")
+    wire_share(ctx, c)

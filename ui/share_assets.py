@@ -1,0 +1,359 @@
+"""The replay page's style and script (``share_page`` puts both inline and allows them by hash).
+
+Origins show by shape as well as by colour (colour-blind safe): accepted tokens are underlined,
+the target's own (bonus) tokens are boxed, rejected drafts are struck through; the colours are
+Okabe-Ito's bluish green, blue and vermillion. Light and dark looks follow the system
+(``prefers-color-scheme``) until the theme button picks one. The script draws every piece of
+text with ``textContent``, never as markup.
+"""
+
+REPLAY_CSS = r"""
+:root { --bg: #ffffff; --fg: #1d1d22; --muted: #5d5d6a; --card: #f5f5f8; --line: #d5d5dd;
+  --acc: #00795a; --acc-bg: rgba(0,158,115,.16); --bon: #0061a0; --bon-bg: rgba(0,114,178,.14);
+  --rej: #b34700; --rej-bg: rgba(213,94,0,.12); --now: rgba(230,159,0,.30); --mask: #e9e9ef; color-scheme: light; }
+@media (prefers-color-scheme: dark) {
+  :root:not([data-theme="light"]) { --bg: #15161a; --fg: #e8e8ee; --muted: #a4a4b2; --card: #1f2026; --line: #3a3b45;
+    --acc: #4fd1a5; --acc-bg: rgba(0,158,115,.25); --bon: #6cb8ff; --bon-bg: rgba(0,114,178,.30);
+    --rej: #ff9a52; --rej-bg: rgba(213,94,0,.22); --now: rgba(230,159,0,.35); --mask: #2b2c34; color-scheme: dark; }
+}
+:root[data-theme="dark"] { --bg: #15161a; --fg: #e8e8ee; --muted: #a4a4b2; --card: #1f2026; --line: #3a3b45;
+  --acc: #4fd1a5; --acc-bg: rgba(0,158,115,.25); --bon: #6cb8ff; --bon-bg: rgba(0,114,178,.30);
+  --rej: #ff9a52; --rej-bg: rgba(213,94,0,.22); --now: rgba(230,159,0,.35); --mask: #2b2c34; color-scheme: dark; }
+* { box-sizing: border-box; }
+body { margin: 0; background: var(--bg); color: var(--fg); font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
+main { max-width: 1100px; margin: 0 auto; padding: 16px; }
+header { display: flex; justify-content: space-between; align-items: flex-start; gap: 12px; }
+h1 { font-size: 22px; margin: 0 0 4px; overflow-wrap: anywhere; }
+h2 { font-size: 13px; text-transform: uppercase; letter-spacing: .04em; color: var(--muted); margin: 6px 0; }
+.sub, .muted { color: var(--muted); }
+.small { font-size: 13px; }
+.mono, .tok, .cell, .slot .t { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", monospace; }
+.card { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 10px 12px; margin: 10px 0; }
+.about { display: grid; grid-template-columns: repeat(auto-fit, minmax(300px, 1fr)); gap: 10px; }
+.about .card { margin: 0; }
+table { border-collapse: collapse; font-size: 14px; }
+th, td { text-align: left; padding: 2px 10px 2px 0; vertical-align: top; }
+th { font-weight: 500; color: var(--muted); }
+button, select, input { font: inherit; color: inherit; }
+button, select { background: var(--bg); border: 1px solid var(--line); border-radius: 6px; padding: 4px 10px; cursor: pointer; }
+button:focus-visible, select:focus-visible, input:focus-visible { outline: 3px solid var(--bon); outline-offset: 1px; }
+.controls { display: flex; flex-wrap: wrap; align-items: center; gap: 8px; }
+#rp-slider, #race-slider { flex: 1 1 220px; accent-color: var(--bon); }
+.keys { font-size: 12px; }
+#rp-caption { font-size: 16px; line-height: 1.55; }
+.row { display: flex; flex-wrap: wrap; gap: 5px; align-items: stretch; margin-bottom: 6px; }
+.cell { min-width: 46px; padding: 4px 7px; border: 1px dashed var(--muted); border-radius: 5px; text-align: center; font-size: 13px; white-space: pre; }
+.cell[data-role="anchor"] { border: 2px solid var(--bon); background: var(--bon-bg); }
+.cell[data-role="mask"] { color: var(--muted); background: var(--mask); }
+.slot { display: flex; flex-direction: column; align-items: center; min-width: 58px; padding: 4px 7px; border-radius: 7px;
+  border: 2px solid var(--line); background: var(--bg); font-size: 12px; }
+.slot .n { font-size: 10px; color: var(--muted); }
+.slot .t { font-size: 14px; white-space: pre; }
+.slot .m { font-weight: 700; }
+.slot .p { font-size: 10px; color: var(--muted); }
+.slot[data-verdict="anchor"] { border-color: var(--bon); }
+.slot[data-verdict="accepted"] { border-color: var(--acc); background: var(--acc-bg); }
+.slot[data-verdict="accepted"] .t { text-decoration: underline 2px var(--acc); text-underline-offset: 3px; }
+.slot[data-verdict="accepted"] .m { color: var(--acc); }
+.slot[data-verdict="rejected"] { border: 2px dashed var(--rej); background: var(--rej-bg); }
+.slot[data-verdict="rejected"] .t { text-decoration: line-through 2px var(--rej); }
+.slot[data-verdict="rejected"] .m { color: var(--rej); }
+.slot[data-verdict="unverified"] { border: 2px dotted var(--muted); opacity: .6; }
+.slot[data-verdict="bonus"] { border: 4px double var(--bon); background: var(--bon-bg); }
+.slot[data-verdict="bonus"] .m { color: var(--bon); }
+.sep { align-self: center; font-size: 20px; color: var(--muted); }
+#rp-text { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 14px; line-height: 1.75; max-height: 460px; overflow-y: auto;
+  background: var(--bg); border: 1px solid var(--line); border-radius: 6px; padding: 8px; }
+.tok { border-radius: 2px; }
+.tok[data-origin="accepted"], .tok[data-legend="accepted"] { background: var(--acc-bg); text-decoration: underline 2px var(--acc); text-underline-offset: 3px; }
+.tok[data-origin="bonus"], .tok[data-legend="bonus"] { background: var(--bon-bg); box-shadow: inset 0 0 0 1px var(--bon); }
+.tok[data-origin="rejected"], .tok[data-legend="rejected"] { color: var(--rej); text-decoration: line-through 2px var(--rej); opacity: .7; background: var(--rej-bg); }
+.tok.now { outline: 2px solid #e69f00; outline-offset: 0; }
+#rp-text .tok.now[data-origin] { background-image: linear-gradient(var(--now), var(--now)); }
+#rp-chart { width: 100%; height: 120px; display: block; background: var(--bg); border: 1px solid var(--line); border-radius: 6px; }
+#rp-chart .bar { fill: var(--acc); opacity: .85; }
+#rp-chart .bar.later { fill: var(--muted); opacity: .25; }
+#rp-chart .bar.now { fill: #e69f00; opacity: 1; }
+#rp-chart .limit { stroke: var(--muted); stroke-dasharray: 4 4; stroke-width: 1; }
+.chart-axis { display: flex; justify-content: space-between; font-size: 11px; color: var(--muted); gap: 8px; }
+#rp-speed-now { font-size: 16px; margin: 6px 0 0; }
+.lanes { display: grid; grid-template-columns: 1fr 1fr; gap: 10px; margin-top: 8px; }
+@media (max-width: 700px) { .lanes { grid-template-columns: 1fr; } }
+.lane { border: 1px solid var(--line); border-radius: 8px; padding: 6px 8px; background: var(--bg); min-width: 0; }
+.lane[data-done="true"] { border: 2px solid var(--acc); }
+.lane-bar { height: 8px; background: var(--mask); border-radius: 4px; overflow: hidden; margin: 4px 0; }
+.lane-fill { display: block; height: 100%; width: 0; background: var(--bon); }
+#race-dflash .lane-fill { background: var(--acc); }
+.lane-text { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 12px; max-height: 320px; overflow-y: auto; margin: 0; }
+.lane-text .chunk:nth-child(even) { background: var(--acc-bg); }
+#race-plain .lane-text .chunk:nth-child(even) { background: transparent; }
+#race-verdict { font-size: 15px; }
+#race-verdict[data-identical="true"] b { color: var(--acc); }
+#race-verdict[data-identical="false"] b { color: var(--rej); }
+.note { font-size: 14px; }
+footer { margin: 16px 0 8px; }
+"""
+
+REPLAY_JS = r"""
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("replay-data").textContent);
+  var root = document.getElementById("replay");
+  var frames = data.frames;
+  var last = frames.length - 1;
+  var MARK = { anchor: "\u2693", accepted: "\u2713", rejected: "\u2717", unverified: "\u00b7", bonus: "\u2605" };
+  var WORD = {
+    anchor: "anchor: the last token already kept (the draft's slot 0)",
+    accepted: "accepted: the target chose the same token",
+    rejected: "rejected: the first mismatch; the target's own token replaces it",
+    unverified: "discarded unverified: it came after a mismatch",
+    bonus: "bonus: the target's own token, free with the verify pass"
+  };
+  var ORIGIN = { accepted: "accepted draft token", bonus: "the target's own token", rejected: "rejected draft token" };
+  var shown = 0;
+  var timer = null;
+
+  function $(id) { return document.getElementById(id); }
+  function node(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) { e.className = cls; }
+    if (text !== undefined && text !== null) { e.textContent = String(text); }
+    return e;
+  }
+  function visible(t) {
+    if (t === null || t === undefined) { return "\u2013"; }
+    if (t === "") { return "\u2205"; }
+    return String(t).replace(/ /g, "\u2423").replace(/\n/g, "\u23ce").replace(/\t/g, "\u21e5");
+  }
+  function fixed(p, digits) { return (typeof p === "number") ? p.toFixed(digits) : ""; }
+
+  function slotView(label, text, verdict, extra) {
+    var box = node("div", "slot");
+    box.dataset.verdict = verdict;
+    box.appendChild(node("span", "n", label));
+    box.appendChild(node("span", "t", visible(text)));
+    box.appendChild(node("span", "m", MARK[verdict]));
+    box.appendChild(node("span", "p", extra || ""));
+    return box;
+  }
+
+  function drawBlock(f) {
+    var view = $("rp-draftview"), slots = $("rp-slots"), cost = $("rp-cost");
+    view.replaceChildren();
+    slots.replaceChildren();
+    if (f.i === 0) {
+      view.appendChild(node("span", "muted", "No block yet: the target reads the prompt first (prefill)."));
+      cost.textContent = "";
+      return;
+    }
+    var anchor = node("span", "cell", visible(f.anchor));
+    anchor.dataset.role = "anchor";
+    anchor.title = "slot 0: the anchor, the last token kept";
+    view.appendChild(anchor);
+    for (var j = 1; j < f.b; j++) {
+      var mask = node("span", "cell", "MASK");
+      mask.dataset.role = "mask";
+      mask.title = "slot " + j + ": a mask the draft fills";
+      view.appendChild(mask);
+    }
+    var a = slotView("anchor", f.anchor, "anchor", "");
+    a.title = WORD.anchor;
+    slots.appendChild(a);
+    f.slots.forEach(function (s, k) {
+      var probs = (s[2] !== null ? "q " + fixed(s[2], 2) : "") + (s[3] !== null ? " \u00b7 p " + fixed(s[3], 2) : "");
+      var box = slotView("slot " + (k + 1), s[0], s[1], probs);
+      var lines = [WORD[s[1]] || s[1]];
+      if (s[4] && s[4].length) {
+        lines.push("the draft's top " + s[4].length + ": " + s[4].map(function (c) { return visible(c[0]) + " " + fixed(c[1], 3); }).join(", "));
+      }
+      if (s[3] !== null) { lines.push("the target's probability of this token: " + fixed(s[3], 3)); }
+      box.title = lines.join("\n");
+      slots.appendChild(box);
+    });
+    if (f.bonus !== null) {
+      slots.appendChild(node("span", "sep", "\u2192"));
+      var b = slotView("bonus @" + (f.a + 1), f.bonus, "bonus", "");
+      b.title = WORD.bonus;
+      slots.appendChild(b);
+    }
+    cost.textContent = "draft " + fixed(f.draft_ms, 1) + " ms \u00b7 verify " + fixed(f.verify_ms, 1) + " ms" +
+      (f.cache ? " \u00b7 " + f.cache : "") + (f.fb ? " \u00b7 fallback: " + f.fb : "");
+  }
+
+  function drawText(k) {
+    var box = $("rp-text");
+    var frag = document.createDocumentFragment();
+    for (var f = 0; f <= k; f++) {
+      frames[f].tok.forEach(function (t) {
+        var span = node("span", "tok", t[0]);
+        span.dataset.origin = t[1];
+        span.dataset.cycle = String(f);
+        if (t[3]) { span.dataset.extra = "true"; }
+        if (f === k && k > 0) { span.classList.add("now"); }
+        span.title = (f === 0 ? "prefill" : "cycle " + f + ", slot " + t[2]) + ": " + ORIGIN[t[1]] +
+          (t[3] ? " (text the reply has beyond its stored cycles)" : "");
+        frag.appendChild(span);
+      });
+    }
+    box.replaceChildren(frag);
+    var now = box.querySelector(".tok.now");
+    if (now && timer !== null) { box.scrollTop = box.scrollHeight; }
+  }
+
+  function drawChart(k) {
+    var bars = document.querySelectorAll("#rp-chart .bar");
+    for (var i = 0; i < bars.length; i++) {
+      var n = Number(bars[i].dataset.i);
+      bars[i].classList.toggle("now", n === k);
+      bars[i].classList.toggle("later", n > k);
+    }
+  }
+
+  function drawSpeed(f, k) {
+    var out = $("rp-speed-now");
+    if (k === 0) {
+      out.textContent = "1 token so far, from the prefill pass (plain decoding starts the same way).";
+      return;
+    }
+    var words = f.n + " tokens so far from " + k + " DFlash cycle" + (k === 1 ? "" : "s") +
+      " (one target pass each); plain decoding needs " + (f.n - 1) + " target passes after the prefill for them.";
+    if (f.speed !== null) { words += " Speed so far: " + f.speed.toFixed(2) + "\u00d7 plain decoding."; }
+    out.textContent = words;
+  }
+
+  function go(k) {
+    k = Math.max(0, Math.min(last, Number(k) || 0));
+    shown = k;
+    var f = frames[k];
+    root.dataset.cycle = String(k);
+    $("rp-slider").value = String(k);
+    $("rp-where").textContent = k === 0 ? "prefill \u00b7 0 of " + last : "cycle " + k + " of " + last;
+    $("rp-caption").textContent = f.cap;
+    drawBlock(f);
+    drawText(k);
+    drawChart(k);
+    drawSpeed(f, k);
+  }
+
+  function pause() {
+    if (timer !== null) { clearInterval(timer); timer = null; }
+    root.dataset.playing = "false";
+    $("rp-play").textContent = "\u25b6 Play";
+  }
+  function play() {
+    if (last === 0) { return; }
+    if (shown >= last) { go(0); }
+    var rate = Number($("rp-speed").value) || 2;
+    timer = setInterval(function () {
+      if (shown >= last) { pause(); return; }
+      go(shown + 1);
+      if (shown >= last) { pause(); }
+    }, 1000 / rate);
+    root.dataset.playing = "true";
+    $("rp-play").textContent = "\u275a\u275a Pause";
+  }
+  function toggle() { if (timer !== null) { pause(); } else { play(); } }
+  function step(k) { pause(); go(k); }
+
+  $("rp-home").addEventListener("click", function () { step(0); });
+  $("rp-prev").addEventListener("click", function () { step(shown - 1); });
+  $("rp-next").addEventListener("click", function () { step(shown + 1); });
+  $("rp-end").addEventListener("click", function () { step(last); });
+  $("rp-play").addEventListener("click", toggle);
+  $("rp-slider").addEventListener("input", function (e) { step(e.target.value); });
+  $("rp-speed").addEventListener("change", function () { if (timer !== null) { pause(); play(); } });
+
+  document.addEventListener("keydown", function (e) {
+    if (e.altKey || e.ctrlKey || e.metaKey || e.defaultPrevented) { return; }
+    var t = e.target, tag = t && t.tagName;
+    if (tag === "SELECT" || tag === "TEXTAREA" || (tag === "INPUT" && t.type !== "range")) { return; }
+    var onSlider = tag === "INPUT";  // a range slider moves itself one cycle on arrows, Home and End
+    var key = e.key;
+    if (key === " " || key === "Spacebar") {
+      if (tag === "BUTTON") { return; }  // space presses the focused button
+      toggle();
+    } else if (onSlider) {
+      return;
+    } else if (key === "ArrowRight") { step(shown + 1);
+    } else if (key === "ArrowLeft") { step(shown - 1);
+    } else if (key === "Home") { step(0);
+    } else if (key === "End") { step(last);
+    } else { return; }
+    e.preventDefault();
+  });
+
+  var THEMES = ["auto", "light", "dark"];
+  $("rp-theme").addEventListener("click", function () {
+    var html = document.documentElement;
+    var next = THEMES[(THEMES.indexOf(html.dataset.theme || "auto") + 1) % THEMES.length];
+    if (next === "auto") { delete html.dataset.theme; } else { html.dataset.theme = next; }
+    this.textContent = "\u25d0 theme: " + next;
+  });
+
+  function setUpRace(race) {
+    var section = $("rp-race");
+    var names = ["plain", "dflash"];
+    var end = Number(section.dataset.endMs) || 0;
+    var clock = 0, raf = null, wallStart = 0, clockStart = 0;
+    var slider = $("race-slider");
+    var totals = {};
+    names.forEach(function (name) {
+      var steps = race[name].steps;
+      totals[name] = steps.length ? steps[steps.length - 1][1] : 0;
+    });
+    function drawLane(name, t) {
+      var lane = $("race-" + name), steps = race[name].steps;
+      var pre = lane.querySelector(".lane-text");
+      var frag = document.createDocumentFragment(), tokens = 0;
+      for (var i = 0; i < steps.length && steps[i][0] <= t; i++) {
+        frag.appendChild(node("span", "chunk", steps[i][2]));
+        tokens = steps[i][1];
+      }
+      pre.replaceChildren(frag);
+      pre.scrollTop = pre.scrollHeight;
+      lane.querySelector(".lane-count").textContent = tokens + " of " + totals[name] + " tokens";
+      lane.querySelector(".lane-fill").style.width = (totals[name] ? 100 * tokens / totals[name] : 0) + "%";
+      lane.dataset.done = String(steps.length > 0 && t >= steps[steps.length - 1][0]);
+    }
+    function draw(t) {
+      clock = Math.max(0, Math.min(end, t));
+      names.forEach(function (name) { drawLane(name, clock); });
+      $("race-clock").textContent = (clock / 1000).toFixed(2) + " s";
+      slider.value = String(end > 0 ? Math.round(1000 * clock / end) : 1000);
+      section.dataset.raceMs = String(Math.round(clock));
+      section.dataset.raceState = clock >= end ? "finished" : (raf !== null ? "running" : (clock > 0 ? "paused" : "ready"));
+    }
+    function stop() {
+      if (raf !== null) { cancelAnimationFrame(raf); raf = null; }
+      $("race-play").textContent = "\u25b6 Start race";
+      draw(clock);
+    }
+    function tick(now) {
+      var pace = Number($("race-pace").value) || 1;
+      var t = clockStart + (now - wallStart) * pace;
+      if (t >= end) { raf = null; draw(end); stop(); return; }
+      raf = requestAnimationFrame(tick);
+      draw(t);
+    }
+    $("race-play").addEventListener("click", function () {
+      if (raf !== null) { stop(); return; }
+      if (clock >= end) { clock = 0; }
+      wallStart = performance.now();
+      clockStart = clock;
+      $("race-play").textContent = "\u275a\u275a Pause race";
+      raf = requestAnimationFrame(tick);
+      draw(clock);
+    });
+    $("race-reset").addEventListener("click", function () { stop(); draw(0); });
+    $("race-end").addEventListener("click", function () { stop(); draw(end); });
+    $("race-pace").addEventListener("change", function () {
+      if (raf !== null) { clockStart = clock; wallStart = performance.now(); }
+    });
+    slider.addEventListener("input", function () { stop(); draw(end * Number(slider.value) / 1000); });
+    draw(0);
+  }
+
+  if (data.race) { setUpRace(data.race); }
+  go(0);
+})();
+"""

@@ -13,6 +13,7 @@ import gradio as gr
 import pytest
 
 from tests.fake_engine import FakeEngine, FakeReply, fake_studio
+from tests.needs import missing
 from ui import analytics as an
 from ui import handlers as h
 from ui import teach
@@ -379,10 +380,16 @@ def test_analytics_match_sql_on_the_database(ctx, engine):
     db.close()
 
 
-def test_nice_ticks():
-    assert an.nice_ticks(7.15) == [0, 2, 4, 6, 8]
-    assert an.nice_ticks(19) == [0, 5, 10, 15, 20]
-    assert an.nice_ticks(0.0) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
+def test_the_png_export_says_what_it_needs_when_no_browser_is_there(ctx, engine, tmp_path, monkeypatch):
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "no-such-chrome"))  # where kaleido looks first
+    monkeypatch.setenv("PATH", str(tmp_path))  # and no chromium on the PATH either
+    data = an.session_analytics(ctx.store, make_analytics_session(ctx, engine))
+    with pytest.raises(an.ChartExportError, match="CSV files are in .*export.*need Chrome or Chromium"):
+        an.export_files(data, tmp_path / "export")
+    assert sorted(p.name.split("-", 2)[2] for p in (tmp_path / "export").iterdir()) == [
+        "replies.csv", "summary.csv", "token-classes.csv"]
+    with pytest.raises(gr.Error, match="need Chrome or Chromium"):
+        teach.export_analytics(ctx, data.session_id)
 
 
 MIXED_REPLY = "Here is the helper you asked for, with a test.\n```python\ndef double(x):\n    return 2 * x\n```\nCall it with any number and it returns twice that number.\n"
@@ -435,7 +442,10 @@ def test_analytics_view_export_csv_and_png(ctx, engine, tmp_path):
     assert {trace["name"] for trace in positions["data"]} == {"code", "prose", "all"}
     assert sum(len(trace["x"]) for trace in over_time["data"] if trace["mode"] == "markers") == 5
     data = an.session_analytics(ctx.store, session_id)
-    paths = an.export_files(data, tmp_path / "export")
+    try:
+        paths = an.export_files(data, tmp_path / "export")
+    except an.ChartExportError as exc:
+        missing(str(exc))
     assert [p.split("session-")[-1].split("-", 1)[1] for p in paths] == [
         "replies.csv", "summary.csv", "token-classes.csv", "tau-per-reply.png", "tau-histogram.png",
         "acceptance-by-slot.png", "drafted-by-token-class.png"]
@@ -460,10 +470,10 @@ def test_analytics_view_export_csv_and_png(ctx, engine, tmp_path):
         figures = data.by_kind.get(kind) or data.by_region[kind.split()[-1]]
         assert int(row["cycles"]) == figures.cycles
         assert float(row["mean_tau"]) == pytest.approx(figures.mean_tau, abs=1e-4)
-    for path in paths[3:]:
+    for path in paths[3:]:  # the page's figures, as Plotly writes them (kaleido)
         with Image.open(path) as image:
-            assert image.format == "PNG" and image.size == (900, 480)
-            assert len(image.getcolors(1 << 16) or []) > 5  # drawn, not blank
+            assert image.format == "PNG" and image.size == an.PNG_SIZE
+            assert len(image.convert("RGB").getcolors(1 << 20) or []) > 5  # drawn, not blank
     files = teach.export_analytics(ctx, session_id)
     assert files.visible and len(files.value) == 7
 

@@ -3,10 +3,11 @@ by kind of reply (code vs prose, detected from its text), a table of replies wit
 and exports (CSV for the figures, PNG for the charts).
 
 Computed in Python from ``SessionStore.get_messages`` and ``session_cycle_series`` (block size,
-accepted and τ per cycle), so that the numbers can be checked against SQL in the tests. The page's
-charts are Plotly figure dicts like every chart of the app (``ui.charts``); the PNG export is
-drawn with Pillow (Gradio's own dependency), because plotly's PNG export needs kaleido and a
-browser, which an offline machine may not have.
+accepted and τ per cycle), so that the numbers can be checked against SQL in the tests. Each chart
+is defined once, as a Plotly figure dict like every chart of the app (``ui.charts``): plotly.js
+draws it in the page, and the export writes the same figure to PNG the way Plotly does, with
+kaleido driving a local Chrome or Chromium (offline; about 9 s for the four charts on a busy
+2-core CPU, one browser start for all of them).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from .token_classes import CLASSES, LABELS, ClassCounts, reply_token_classes
 
 KINDS = ("code", "prose")
 KIND_COLORS = {"code": "#2e9e5b", "prose": "#d08a2e", "all": "#2f6fd6"}
+TOKEN_CLASS_COLORS = {"whitespace": "#9aa5b1", "keyword": "#7a3fc0", "name": "#2f6fd6", "operator": "#555555",
+                      "string": "#2e9e5b", "number": "#c7651c", "comment": "#8a8a2e", "prose": "#d08a2e"}
 CODE_SHARE = 0.5  # a reply is code when at least half of its text is code
 
 
@@ -336,160 +339,66 @@ def token_class_chart(analytics: SessionAnalytics) -> dict:
                                                    "tickformat": ".0%"})}
 
 
-# ---------------------------------------------------------------------------- charts (PNG with Pillow)
+# ---------------------------------------------------------------------------- PNG export (kaleido)
+
+PNG_SIZE = (900, 480)
 
 
-TOKEN_CLASS_COLORS = {"whitespace": "#9aa5b1", "keyword": "#7a3fc0", "name": "#2f6fd6", "operator": "#555555",
-                      "string": "#2e9e5b", "number": "#c7651c", "comment": "#8a8a2e", "prose": "#d08a2e"}
+class ChartExportError(Exception):
+    """The PNG charts could not be written (no Chrome or Chromium for kaleido to drive)."""
 
 
-@dataclass
-class Series:
-    name: str
-    values: list  # one per category (None: no value)
-    color: str
-    style: str = "bar"  # bar | line
-    colors: list | None = None  # one colour per bar (else ``color``)
+def chart_figures(analytics: SessionAnalytics) -> dict[str, dict]:
+    """The four charts the page shows, by export file name."""
+    return {"tau-per-reply.png": tau_over_time_chart(analytics), "tau-histogram.png": tau_histogram_chart(analytics),
+            "acceptance-by-slot.png": position_chart(analytics),
+            "drafted-by-token-class.png": token_class_chart(analytics)}
 
 
-def _font(size: int):
-    """DejaVu Sans when the system has it (it has τ), else Pillow's own font."""
-    from PIL import ImageFont
+def write_png_charts(figures: dict[str, dict], paths: list[Path]) -> None:
+    """Each figure as a PNG file, as Plotly exports it: kaleido renders them in one local Chrome or
+    Chromium. Called directly rather than through ``plotly.io.write_images``, which drops a figure
+    that failed to render without a word; here a figure missing after a second try is an error."""
+    import kaleido
+    from kaleido.errors import BrowserFailedError, ChromeNotFoundError
 
-    for name in ("DejaVuSans.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "LiberationSans-Regular.ttf"):
+    width, height = PNG_SIZE
+    specs = [{"fig": {**figure, "layout": {**figure["layout"], "height": height, "paper_bgcolor": "white"}},
+              "path": path, "opts": {"format": "png", "width": width, "height": height}}
+             for figure, path in zip(figures.values(), paths)]
+    errors: tuple = ()
+    for _ in range(2):
+        specs = [spec for spec in specs if not spec["path"].exists()]
+        if not specs:
+            return
         try:
-            return ImageFont.truetype(name, size), True
-        except OSError:
-            continue
-    return ImageFont.load_default(size=size), False
-
-
-def nice_ticks(upper: float, count: int = 5) -> list[float]:
-    """Round tick values from 0 to at least ``upper`` (steps of 1, 2, 2.5 or 5 × 10^k)."""
-    import math
-
-    upper = upper if upper > 0 else 1.0
-    raw = upper / count
-    power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
-    ticks = [0.0]
-    while ticks[-1] < upper - 1e-9:
-        ticks.append(round(ticks[-1] + step, 10))
-    return ticks
-
-
-def png_chart(title: str, categories: list[str], series: list[Series], y_label: str = "",
-              y_max: float | None = None, percent: bool = False, size: tuple[int, int] = (900, 480),
-              legend: list[tuple[str, str]] | None = None) -> bytes:
-    """A simple bar/line chart over categories as PNG bytes (Pillow only)."""
-    from PIL import Image, ImageDraw
-
-    width, height = size
-    image = Image.new("RGB", size, "white")
-    draw = ImageDraw.Draw(image)
-    (font, full), (small, _), (big, _) = _font(14), _font(12), _font(17)
-
-    def text(value: str) -> str:
-        return value if full else value.replace("τ", "tau")
-
-    left, right, top, bottom = 70, 20, 56, 90
-    plot_w, plot_h = width - left - right, height - top - bottom
-    draw.text((left, 12), text(title), fill="#222", font=big)
-    values = [v for s in series for v in s.values if v is not None]
-    ticks = [i / 5 for i in range(6)] if percent and y_max == 1.0 else nice_ticks(
-        y_max if y_max is not None else max(values + [0.0]))
-    upper = ticks[-1] or 1.0
-
-    def y_at(value: float) -> float:
-        return top + plot_h - (value / upper) * plot_h
-
-    integer = all(float(t).is_integer() for t in ticks)
-    for value in ticks:
-        y = y_at(value)
-        draw.line([(left, y), (left + plot_w, y)], fill="#e6e6e6")
-        label = f"{value:.0%}" if percent else (f"{value:.0f}" if integer else f"{value:g}")
-        draw.text((left - 8, y), label, fill="#555", font=small, anchor="rm")
-    draw.line([(left, top), (left, top + plot_h), (left + plot_w, top + plot_h)], fill="#444", width=1)
-    if y_label:
-        draw.text((8, top - 10), text(y_label), fill="#444", font=small, anchor="lb")
-    n = max(len(categories), 1)
-    slot = plot_w / n
-    bars = [s for s in series if s.style == "bar"]
-    bar_w = slot * 0.8 / max(len(bars), 1)
-    step = max(1, n // 30)
-    for i, category in enumerate(categories):
-        if i % step == 0:
-            draw.text((left + slot * (i + 0.5), top + plot_h + 6), text(category), fill="#444", font=small, anchor="mt")
-    for b, s in enumerate(bars):
-        for i, value in enumerate(s.values):
-            if value is None:
-                continue
-            x0 = left + slot * i + slot * 0.1 + b * bar_w
-            color = s.colors[i] if s.colors else s.color
-            draw.rectangle([x0, y_at(value), x0 + bar_w - 1, top + plot_h], fill=color)
-    for s in series:
-        if s.style != "line":
-            continue
-        points = [(left + slot * (i + 0.5), y_at(v)) for i, v in enumerate(s.values) if v is not None]
-        if len(points) > 1:
-            draw.line(points, fill=s.color, width=2)
-        for x, y in points:
-            draw.ellipse([x - 4, y - 4, x + 4, y + 4], fill=s.color)
-    x = left
-    for name, color in legend or [(s.name, s.color) for s in series]:
-        draw.rectangle([x, height - 30, x + 14, height - 18], fill=color)
-        draw.text((x + 20, height - 24), text(name), fill="#333", font=font, anchor="lm")
-        x += 40 + int(draw.textlength(text(name), font=font))
-    out = io.BytesIO()
-    image.save(out, format="PNG")
-    return out.getvalue()
-
-
-def png_charts(analytics: SessionAnalytics) -> dict[str, bytes]:
-    """The four charts as PNG bytes, by file name."""
-    replies = [r for r in analytics.replies if r.figures.cycles]
-    kinds = _kinds_present(analytics)
-    over_time = png_chart(
-        f"Mean τ per reply, in order: {analytics.title}", [f"#{r.number}" for r in replies],
-        [Series("mean τ", [r.figures.mean_tau for r in replies], KIND_COLORS["all"],
-                colors=[KIND_COLORS[r.kind] for r in replies])],
-        y_label="mean τ", legend=[(f"{kind} replies", KIND_COLORS[kind]) for kind in kinds])
-    taus = list(range(1, max(analytics.by_kind["all"].tau_histogram, default=0) + 1))
-    histogram = png_chart(
-        "τ histogram (cycles)", [str(t) for t in taus],
-        [Series(kind, [analytics.by_kind[kind].tau_histogram.get(t, 0) for t in taus], KIND_COLORS[kind])
-         for kind in kinds or ["all"]], y_label="cycles")
-    longest = len(analytics.by_kind["all"].position_drafted)
-    positions = png_chart(
-        "Acceptance by slot in the block", [str(j) for j in range(1, longest + 1)],
-        [Series(kind, analytics.by_kind[kind].per_position_acceptance
-                + [None] * (longest - len(analytics.by_kind[kind].per_position_acceptance)), KIND_COLORS[kind], "line")
-         for kind in [*kinds, "all"]],
-        y_label="P(accepted)", y_max=1.0, percent=True)
-    counts = analytics.by_token_class
-    present = counts.present()
-    token_classes = png_chart(
-        "Which tokens the draft wrote", [LABELS[c] for c in present],
-        [Series("from accepted drafts", [counts.share(c) for c in present], KIND_COLORS["all"],
-                colors=[TOKEN_CLASS_COLORS[c] for c in present])],
-        y_label="from the draft", y_max=1.0, percent=True, legend=[])
-    return {"tau-per-reply.png": over_time, "tau-histogram.png": histogram, "acceptance-by-slot.png": positions,
-            "drafted-by-token-class.png": token_classes}
+            errors = kaleido.write_fig_from_object_sync(specs) or ()
+        except (ChromeNotFoundError, BrowserFailedError) as exc:
+            raise ChartExportError(
+                "the PNG charts need Chrome or Chromium, which Plotly's exporter (kaleido) drives: install one "
+                f"(or run plotly_get_chrome) and export again ({type(exc).__name__})") from None
+    unwritten = [spec["path"].name for spec in specs if not spec["path"].exists()]
+    if unwritten:
+        raise ChartExportError(f"{', '.join(unwritten)} could not be drawn ({'; '.join(map(str, errors))[:300]})")
 
 
 def export_files(analytics: SessionAnalytics, folder: Path | None = None) -> list[str]:
-    """Write the CSVs (replies, summary by kind) and the PNG charts into a folder; return their paths."""
+    """Write the CSVs (replies, summary by kind, token classes) and the PNG charts into a folder;
+    return their paths. Raises ChartExportError (naming the folder, where the CSVs are) when the
+    charts cannot be drawn."""
     folder = Path(folder or tempfile.mkdtemp(prefix="dflash-analytics-"))
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"session-{analytics.session_id}"
-    files = {"replies.csv": replies_csv(analytics), "summary.csv": summary_csv(analytics),
-             "token-classes.csv": token_classes_csv(analytics), **png_charts(analytics)}
+    tables = {"replies.csv": replies_csv(analytics), "summary.csv": summary_csv(analytics),
+              "token-classes.csv": token_classes_csv(analytics)}
     paths = []
-    for name, data in files.items():
-        path = folder / f"{stem}-{name}"
-        if isinstance(data, str):
-            path.write_text(data, encoding="utf-8")
-        else:
-            path.write_bytes(data)
-        paths.append(str(path))
-    return paths
+    for name, text in tables.items():
+        paths.append(folder / f"{stem}-{name}")
+        paths[-1].write_text(text, encoding="utf-8")
+    figures = chart_figures(analytics)
+    charts_at = [folder / f"{stem}-{name}" for name in figures]
+    try:
+        write_png_charts(figures, charts_at)
+    except ChartExportError as exc:
+        raise ChartExportError(f"The CSV files are in {folder}; {exc}") from None
+    return [str(path) for path in paths + charts_at]

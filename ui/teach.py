@@ -253,7 +253,10 @@ def export_analytics(ctx: UIContext, session_id):
         data = an.session_analytics(ctx.store, int(session_id))
     except STORE_ERRORS as exc:
         raise refused(f"Cannot export: {exc}") from None
-    return gr.File(value=an.export_files(data), visible=True)
+    try:
+        return gr.File(value=an.export_files(data), visible=True)
+    except an.ChartExportError as exc:
+        raise refused(str(exc)) from None
 
 
 # ============================================================================ comparison

@@ -71,18 +71,22 @@ print("| check | figure | result |")
 print("|---|---|---|")
 g = lambda name, key, default="?": fig.get(name, {}).get(key, default)  # noqa: E731
 line("routes refusing a request without login (--auth)", f"{g('routes_without_login', 'requests')} requests, "
-     f"{g('routes_without_login', 'leaked')} leaked", "network")
+     f"{g('routes_without_login', 'leaked')} leaked, {g('routes_without_login', 'not_refused')} not refused", "network")
 line("file-route traversal corpus", f"{g('traversal', 'requests')} requests ({g('traversal', 'variants')} variants), "
      f"{g('traversal', 'served_outside')} served outside the app", "network")
-line("fuzz (hypothesis: Gradio endpoints, imports, /v1)", f"{g('fuzz', 'cases')} cases, {g('fuzz', 'server_errors')} "
-     "server errors", "fuzz")
-line("XSS / exfiltration payloads in Chromium", f"{g('xss', 'payloads')} payloads x {g('xss', 'injection_points')} "
-     f"places, {g('xss', 'executed')} ran, {g('xss', 'foreign_requests')} foreign requests", "xss")
+line("fuzz (hypothesis: Gradio endpoints, imports, /v1)", f"{g('fuzz', 'cases')} cases reached the server "
+     f"({g('fuzz', 'endpoints')} endpoints, at least {g('fuzz', 'fewest_per_endpoint')} each; "
+     f"{g('fuzz', 'not_sent')} more the client could not encode), {g('fuzz', 'server_errors')} server errors", "fuzz")
+for figure, what in (("xss_typed", "typed and generated"), ("xss_imported", "imported")):
+    line(f"XSS / exfiltration payloads in Chromium ({what})", f"{g(figure, 'payloads')} payloads, checked at "
+         f"{g(figure, 'places')} places, {g(figure, 'scripts_ran')} scripts ran, {g(figure, 'dialogs')} dialogs, "
+         f"{g(figure, 'foreign_requests')} foreign requests", "xss")
 line("SIGKILL of the running app mid-reply", f"{g('sigkill', 'kills')} kills, integrity_check ok "
-     f"{g('sigkill', 'integrity_ok')}/{g('sigkill', 'kills')}, {g('sigkill', 'acknowledged')} acknowledged, "
+     f"{g('sigkill', 'integrity_ok')}/{g('sigkill', 'checks')}, {g('sigkill', 'acknowledged')} acknowledged, "
      f"{g('sigkill', 'lost')} lost", "kills")
 line("4 sessions streaming at once", f"{g('load', 'seconds')} s, {g('load', 'replies')} replies, "
-     f"{g('load', 'lost')} lost, {g('load', 'duplicated')} doubled, {g('load', 'locked_errors')} 'database is locked'",
+     f"{g('load', 'lost')} lost, {g('load', 'duplicated')} doubled, {g('load', 'locked_errors')} 'database is locked', "
+     f"{g('load', 'other_errors')} other errors",
      "load")
 line("Stop presses", f"{g('stop', 'presses')} presses, worst {g('stop', 'worst_latency_ms')} ms "
      f"(median {g('stop', 'median_latency_ms')} ms; cycle {g('stop', 'cycle_ms')} ms), "

@@ -37,10 +37,13 @@ def xss_app(tmp_path_factory):
 class Watch:
     """Dialogs, and every request the page makes to anything but the app itself."""
 
-    def __init__(self, page, origin: str):
+    def __init__(self, page, origin: str, figure: str):
         self.origin = origin.rstrip("/")
+        self.figure = figure
         self.dialogs: list[str] = []
         self.foreign: list[str] = []
+        self.places: list[str] = []  # where the page was checked
+        self.ran: list[str] = []  # places where a payload's script set window.__xss
         page.on("dialog", self._dialog)
         page.on("request", self._request)
 
@@ -54,8 +57,14 @@ class Watch:
             self.foreign.append(url)
 
     def check(self, page, where: str) -> None:
+        """Count, record (the figure so far), then assert: a run cut short still says what it saw."""
+        self.places.append(where)
+        if page.evaluate("window.__xss") is not None:
+            self.ran.append(where)
+        record_figure(self.figure, payloads=len(PAYLOADS), places=len(self.places), dialogs=len(self.dialogs),
+                      scripts_ran=len(self.ran), foreign_requests=len(self.foreign))
         assert self.dialogs == [], f"{where}: a payload opened a dialog: {self.dialogs[:3]}"
-        assert page.evaluate("window.__xss") is None, f"{where}: a payload ran script"
+        assert self.ran == [], f"{where}: a payload ran script"
         assert self.foreign == [], f"{where}: the page fetched {self.foreign[:5]}"
 
 
@@ -119,11 +128,11 @@ def send_and_wait_reply(page, studio, text: str, n: int) -> None:
         f"the reply to message {n} did not end within 120 s ({page_state(page)})"
 
 
-def open_page(browser, url):
+def open_page(browser, url, figure: str):
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     page.set_default_timeout(60_000)
-    watch = Watch(page, url)
+    watch = Watch(page, url, figure)
     page.add_init_script("delete window.__xss")
     page.goto(url)
     page.wait_for_selector("#chat-input textarea:not([disabled])")
@@ -132,7 +141,7 @@ def open_page(browser, url):
 
 def test_typed_text_and_model_output_never_run_or_fetch(browser, xss_app):
     studio, engine, url = xss_app
-    context, page, watch = open_page(browser, url)
+    context, page, watch = open_page(browser, url, "xss_typed")
     try:
         groups = chunks(PAYLOADS, PER_MESSAGE)
         for n, group in enumerate(groups, start=1):
@@ -153,7 +162,7 @@ def test_typed_text_and_model_output_never_run_or_fetch(browser, xss_app):
 
 def test_imported_titles_and_messages_never_run_or_fetch(browser, xss_app, tmp_path):
     studio, _, url = xss_app
-    context, page, watch = open_page(browser, url)
+    context, page, watch = open_page(browser, url, "xss_imported")
     try:
         path = tmp_path / "hostile.json"
         path.write_text(json.dumps(import_document(PAYLOADS)), encoding="utf-8")
@@ -172,6 +181,5 @@ def test_imported_titles_and_messages_never_run_or_fetch(browser, xss_app, tmp_p
         page.wait_for_selector("#chat-input textarea:not([disabled])")
         time.sleep(1.0)
         watch.check(page, "the reloaded page")
-        record_figure("xss", payloads=len(PAYLOADS), injection_points=5, executed=0, foreign_requests=0)
     finally:
         context.close()

@@ -20,12 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import Qwen3Config
-from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, Qwen3RotaryEmbedding
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from .draft_config import draft_setting, read_draft_config
 from .draft_dflash2 import CandidateSelector, DFlash2Layer, dflash2_settings
 from .draft_files import read_mask_embedding, read_weights
-from .draft_layers import DraftCache, DraftLayer
+from .draft_layers import DraftCache, DraftLayer, DraftRotaryEmbedding
 from .errors import CheckpointError
 
 DRAFT_ARCHITECTURE = "DFlashDraftModel"
@@ -160,7 +160,7 @@ class DFlashDraftModel(nn.Module):
         target_width = int(getattr(config, "target_hidden_size", None) or hidden)
         self.fc = nn.Linear(len(self.target_layer_ids) * target_width, hidden, bias=False)
         self.hidden_norm = Qwen3RMSNorm(hidden, eps=config.rms_norm_eps)
-        self.rotary_emb = Qwen3RotaryEmbedding(config)
+        self.rotary_emb = DraftRotaryEmbedding(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, hidden) if own_embeddings else None
         self.lm_head = nn.Linear(hidden, draft_vocab_size(config), bias=False) if own_head else None
         self._own_head_checks(config, own_head)
@@ -385,5 +385,5 @@ def place_draft(draft: DFlashDraftModel, device, dtype: torch.dtype) -> DFlashDr
     """Move to device/dtype (the d2t mapping stays integer), keeping RoPE frequencies in fp32 (as
     transformers does)."""
     draft = draft.to(device=device, dtype=dtype).eval()
-    draft.rotary_emb = Qwen3RotaryEmbedding(draft.config).to(device)
+    draft.rotary_emb = DraftRotaryEmbedding(draft.config).to(device)
     return draft

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import Qwen3Config
-from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm
+from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
 from .draft_config import draft_setting
 from .errors import CheckpointError
@@ -28,6 +28,19 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
         return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
     rot, rest = x[..., :r], x[..., r:]
     return torch.cat([rot * cos.unsqueeze(1) + rotate_half(rot) * sin.unsqueeze(1), rest], dim=-1)
+
+
+class DraftRotaryEmbedding(Qwen3RotaryEmbedding):
+    """Qwen3's rotary embedding, with ``partial_rotary_factor`` honoured for plain RoPE too
+    (Qwen3's own default ignores it; yarn and the other scaled kinds already read it)."""
+
+    @staticmethod
+    def compute_default_rope_parameters(config, device=None, seq_len=None) -> tuple[torch.Tensor, float]:
+        base = config.rope_parameters["rope_theta"]
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        dim = int(head_dim * config.rope_parameters.get("partial_rotary_factor", 1.0))
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim))
+        return inv_freq, 1.0
 
 
 class DraftCache:

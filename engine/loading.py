@@ -10,10 +10,12 @@ from typing import Callable
 
 import torch
 
+from .catalog import download_note
 from .config import EngineConfig
 from .draft import DFlashDraftModel, draft_setting, load_draft
 from .errors import CheckpointError, IncompatibleDraftError, InvalidRequestError
 from .features import decoder_layers
+from .hub import HubProbe, fetch, parse_hub_ref
 from .shipped import ASSETS_ENV, DEFAULT_PAIR, assets_dir, pair_dirs, pair_name  # noqa: F401 (re-exported)
 from .weights import check_weight_files, guard_logits, safetensors_files
 
@@ -69,9 +71,11 @@ def pick_threads(requested: int | None, device: torch.device, parameters: int) -
     return None
 
 
-def resolve(source: str, what: str) -> Path:
-    """A local directory, or a hub repo id (optionally with a subfolder: ``owner/name/dflash``)
-    resolved through the local hub cache / a download when the network allows it."""
+def resolve(source: str, what: str, progress: Callable[[float, str], None] | None = None,
+            probe: HubProbe | None = None) -> Path:
+    """A local directory, or a hub id ``owner/name[/folder][@revision]`` (MiMo's drafts live in
+    ``owner/name/dflash``; ``@revision`` pins a branch, tag or commit): from the hub cache, or
+    downloaded when the network allows it (only the files a ``what`` needs, with progress)."""
     path = Path(source).expanduser()
     if path.is_dir():
         return path
@@ -81,21 +85,7 @@ def resolve(source: str, what: str) -> Path:
     # A path whose first folder is here (assets/models/…) is a local path with a typo, not a hub id.
     if len(parts) < 2 or source.startswith((".", "/", "~")) or Path(parts[0]).is_dir():
         raise CheckpointError(f"{what} not found: {source} (no such directory{_did_you_mean(path)})")
-    repo_id, subfolder = "/".join(parts[:2]), "/".join(parts[2:])
-    try:
-        from huggingface_hub import snapshot_download
-
-        patterns = [f"{subfolder}/*"] if subfolder else None
-        local = Path(snapshot_download(repo_id, allow_patterns=patterns))
-    except Exception as exc:
-        raise CheckpointError(
-            f"{what} {source!r} is not a local directory and could not be fetched from the hub "
-            f"({type(exc).__name__}); download it first and pass its directory"
-        ) from exc
-    local = local / subfolder if subfolder else local
-    if not local.is_dir():
-        raise CheckpointError(f"{what} {source!r}: no folder {subfolder!r} in {repo_id}")
-    return local
+    return fetch(parse_hub_ref(source), what, progress, probe, download_note(source))
 
 
 def _did_you_mean(path: Path) -> str:
@@ -124,9 +114,7 @@ def load_target(directory: Path, device: torch.device, dtype: torch.dtype):
     safetensors_files(directory, "target")
     check_weight_files(directory)
     try:
-        target, info = AutoModelForCausalLM.from_pretrained(
-            directory, dtype=dtype, use_safetensors=True, trust_remote_code=False, output_loading_info=True
-        )
+        target, info = AutoModelForCausalLM.from_pretrained(directory, **target_load_options(device, dtype))
     except Exception as exc:  # transformers and safetensors raise many types; all mean "cannot load"
         raise CheckpointError(f"cannot load target from {directory}: {type(exc).__name__}: {exc}") from exc
     missing = sorted(info.get("missing_keys") or [])
@@ -138,7 +126,16 @@ def load_target(directory: Path, device: torch.device, dtype: torch.dtype):
         tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
     except Exception as exc:
         raise CheckpointError(f"cannot load the tokenizer in {directory}: {exc}") from exc
-    return target.to(device).eval(), tokenizer
+    return target.eval(), tokenizer
+
+
+def target_load_options(device: torch.device, dtype: torch.dtype) -> dict:
+    """How transformers loads a target: each tensor read from its safetensors file (memory-mapped)
+    and written straight into the device in ``dtype``, shard by shard (``device_map``), instead of
+    a whole model built in host memory and then moved (16 GB of host RAM for an 8B target in
+    bf16, twice that for a checkpoint stored in fp32 and cast). Never remote code."""
+    return dict(dtype=dtype, device_map={"": device}, use_safetensors=True, trust_remote_code=False,
+                output_loading_info=True)
 
 
 def check_compatible(draft: DFlashDraftModel, target) -> None:
@@ -191,9 +188,15 @@ class LoadedModels:
     draft_path: str = ""
 
 
+def part_of(report: Callable[[float, str], None], start: float, end: float) -> Callable[[float, str], None]:
+    """``report`` for one step of a load that takes the share [start, end] of the whole."""
+    return lambda fraction, message: report(start + (end - start) * fraction, message)
+
+
 def load_models(config: EngineConfig, progress: Callable[[float, str], None] | None = None) -> LoadedModels:
     """Load target (+ draft); ``progress(fraction, message)`` reports the steps."""
     report = progress or (lambda fraction, message: None)
+    probe = HubProbe()  # asked only when a checkpoint is on the hub and not in its cache
     device = pick_device(config.device)
     dtype = pick_dtype(config.dtype, device)
     if config.target is None:
@@ -203,16 +206,18 @@ def load_models(config: EngineConfig, progress: Callable[[float, str], None] | N
         draft_source = str(draft_dir) if config.draft is None else config.draft
         name = config.name or EMBEDDED_NAME
     else:
-        target_dir = resolve(config.target, "target")
+        target_dir = resolve(config.target, "target", part_of(report, 0.0, 0.5), probe)
         draft_source = config.draft
         name = config.name or pair_name(config.target, config.draft)
-    report(0.1, f"loading target {target_dir.name} on {device.type} ({str(dtype).removeprefix('torch.')})")
+    # the draft's files too before the target loads: a draft that cannot be had fails in seconds
+    draft_dir = resolve(draft_source, "draft", part_of(report, 0.5, 0.6), probe) if (
+        config.speculative and draft_source) else None
+    report(0.6, f"loading target {target_dir.name} on {device.type} ({str(dtype).removeprefix('torch.')})")
     target, tokenizer = load_target(target_dir, device, dtype)
     draft = None
     draft_path = ""
-    if config.speculative and draft_source:
-        report(0.7, "loading DFlash draft")
-        draft_dir = resolve(draft_source, "draft")
+    if draft_dir is not None:
+        report(0.9, "loading DFlash draft")
         draft = load_draft(draft_dir, device=device, dtype=dtype)
         check_compatible(draft, target)
         draft_path = str(draft_dir)

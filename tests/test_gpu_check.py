@@ -1,0 +1,65 @@
+"""scripts/gpu_check.sh at tiny scale on the CPU: one JSON line with the costs at every block
+size, the identical share and tokens/s (on a GPU the same script runs the Qwen3-8B shape)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_check():
+    """scripts/gpu_check.py as a module (registered first: its dataclasses look themselves up)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+SIZES = ["1", "2", "4", "8", "16"]
+
+
+@pytest.mark.slow
+def test_the_tiny_check_prints_one_json_line_with_sane_figures():
+    out = subprocess.run(["bash", "scripts/gpu_check.sh", "--tiny", "--prompts", "6"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, out.stdout
+    result = json.loads(lines[0])
+    assert result["device"] == "cpu" and result["dtype"] == "float32" and result["weights"] == "random"
+    assert list(result["verify_ms"]) == SIZES and all(ms > 0 for ms in result["verify_ms"].values())
+    assert list(result["draft_ms"]) == SIZES[1:] and all(ms > 0 for ms in result["draft_ms"].values())
+    assert result["cycle_in_plain_steps"]["1"] == 1.0
+    assert result["prompts"] == result["prompts_asked"] == 6
+    # fp32: DFlash is lossless, every greedy reply equals plain decoding's
+    assert result["identical"] == 6 and result["identical_share"] == 1.0
+    assert result["plain_tokens_per_s"] > 0 and result["dflash_tokens_per_s"] > 0
+    assert 1.0 <= result["mean_acceptance_length"] <= result["block_size"] == 16
+    assert result["draft_parameters"] > 0 and result["target_parameters"] > result["draft_parameters"]
+    assert 0 < result["seconds"] < 120
+
+
+def test_the_full_shape_is_qwen3_8b_and_z_labs_b16_draft():
+    check = load_check()
+    shape = check.QWEN3_8B
+    assert (shape.vocab, shape.hidden, shape.intermediate, shape.layers, shape.heads, shape.kv_heads,
+            shape.head_dim) == (151936, 4096, 12288, 36, 32, 8, 128)
+    assert (shape.draft_layers, shape.draft_layer_ids, shape.block_size) == (5, (1, 9, 17, 25, 33), 16)
+    config = check.parse_args(["--tiny", "--prompts", "3"])
+    assert (config.device, config.dtype, config.prompts) == ("cpu", "float32", 3)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the full check runs")
+def test_without_a_gpu_the_full_check_says_so(capsys):
+    check = load_check()
+    with pytest.raises(SystemExit):
+        check.parse_args([])
+    assert "no CUDA device here" in capsys.readouterr().err

@@ -167,7 +167,10 @@ def test_inconsistent_byte_ranges_are_refused(tmp_path):
     text = json.dumps(header, separators=(",", ":")).encode().ljust(header_len)
     assert len(text) == header_len
     path.write_bytes(data[:8] + text + data[8 + header_len:])
-    with pytest.raises(CheckpointError, match="overlapping"):
+    with pytest.raises(CheckpointError, match="overlapping or leaving gaps"):
+        check_safetensors_file(path)
+    path.write_bytes(data + b"stray")  # bytes after the last tensor
+    with pytest.raises(CheckpointError, match="bytes no tensor accounts for"):
         check_safetensors_file(path)
 
 

@@ -410,3 +410,23 @@ def test_architecture_keys_change_the_drafts_output(drafts, tmp_path, name, key,
     same = forward_with(path, raw, lambda c: None)
     changed = forward_with(path, raw, edit)
     assert not torch.allclose(same, changed), f"{key} made no difference"
+
+
+@pytest.mark.parametrize("name", FORMS)
+def test_a_saved_draft_loads_back_as_the_same_form_with_the_same_outputs(drafts, tmp_path, target, name):
+    from engine.draft import save_draft
+
+    draft = load_draft(drafts[name])
+    again = load_draft(save_draft(draft, tmp_path / "saved"))
+    assert type(again) is type(draft)
+    for key, tensor in draft.state_dict().items():
+        torch.testing.assert_close(again.state_dict()[key], tensor, rtol=0, atol=0)
+    torch.manual_seed(6)
+    ids = torch.full((1, draft.block_size), MASK)
+    features = torch.randn(1, 9, draft.fc.in_features)
+    positions = torch.arange(9 + draft.block_size)[None]
+    with torch.no_grad():
+        outputs = [m(m.embed(target.get_input_embeddings(), ids), features, positions) for m in (draft, again)]
+        proposals = [m.draft_tokens(h[0, 1:], 3, target.get_output_embeddings())[0] for m, h in zip((draft, again), outputs)]
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=0)
+    assert proposals[0] == proposals[1]

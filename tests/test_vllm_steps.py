@@ -115,3 +115,21 @@ def test_a_stored_vllm_reply_says_what_vllm_does_not_report():
     assert html.count('class="tok" data-origin="accepted"') == 2
     local = ReplyTrace.from_stored("xabc", cycles, {"settings": {"engine": "local"}, "status": "complete"})
     assert local.engine_note == "" and local.measured_timings
+
+
+def test_vllm_streams_are_read_as_the_sse_spec_frames_them():
+    """Comments, an event whose data spans two lines, an empty keep-alive, then [DONE]."""
+    import httpx
+
+    from engine.errors import InvalidRequestError
+    from engine.vllm.client import sse_events
+
+    def stream(text: str) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=text.encode())
+
+    body = (': keep-alive\n\ndata: {"choices": [{"token_ids": [1, 2]}]}\n\n'
+            'data: {"choices":\ndata:  [{"token_ids": [3]}]}\n\nevent: ping\ndata:\n\n'
+            'data: [DONE]\n\ndata: {"choices": [{"token_ids": [9]}]}\n\n')
+    assert [e["choices"][0]["token_ids"] for e in sse_events(stream(body))] == [[1, 2], [3]]
+    with pytest.raises(InvalidRequestError, match="too long"):
+        list(sse_events(stream('data: {"error": {"message": "prompt too long"}}\n\n')))

@@ -439,15 +439,17 @@ def checked_json_error(response) -> None:
 
 
 def sse_events(response) -> Iterator[dict]:
-    """The JSON objects of a server-sent event stream, until ``[DONE]``; an error object that
-    vLLM sends inside the stream becomes an exception."""
-    for line in response.iter_lines():
-        if not line.startswith("data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == "[DONE]":
+    """The JSON objects of vLLM's server-sent event stream (framing read by httpx-sse: comments,
+    fields and data split over lines as the SSE spec has them), until ``[DONE]``; an error object
+    that vLLM sends inside the stream becomes an exception."""
+    from httpx_sse import EventSource
+
+    for event in EventSource(response).iter_sse():
+        if event.data == "[DONE]":
             return
-        data = json.loads(payload)
+        if not event.data:
+            continue
+        data = json.loads(event.data)
         if "error" in data and not data.get("choices"):
-            raise InvalidRequestError(f"vLLM: {error_text(payload)}")
+            raise InvalidRequestError(f"vLLM: {error_text(event.data)}")
         yield data

@@ -341,7 +341,7 @@ def load_draft(directory: str | Path, device: str | torch.device = "cpu", dtype:
     if not directory.is_dir():
         raise CheckpointError(f"draft directory not found: {directory}")
     config, form = read_draft_config(directory)
-    state = read_weights(directory)
+    state = read_weights(directory, device)
     t2d = state.pop("t2d", None)  # the inverse of d2t (a flag per target id), checked against it below
     mask = read_mask_embedding(directory, int(draft_setting(config, "mask_token_id", -1)), config.hidden_size)
     if mask is not None:
@@ -349,8 +349,9 @@ def load_draft(directory: str | Path, device: str | torch.device = "cpu", dtype:
     own_embeddings = "embed_tokens.weight" in state
     if own_embeddings and "lm_head.weight" not in state and config.tie_word_embeddings:
         state["lm_head.weight"] = state["embed_tokens.weight"]
-    draft = DRAFT_CLASSES[form](config, own_embeddings=own_embeddings, own_head="lm_head.weight" in state,
-                                mask_embedding=mask is not None)
+    with torch.device(device):  # built where it runs: its random weights are replaced below, not copied into
+        draft = DRAFT_CLASSES[form](config, own_embeddings=own_embeddings, own_head="lm_head.weight" in state,
+                                    mask_embedding=mask is not None)
     expected = {k for k in draft.state_dict() if "rotary_emb" not in k}
     missing = sorted(expected - state.keys())
     unexpected = sorted(state.keys() - expected)
@@ -362,10 +363,21 @@ def load_draft(directory: str | Path, device: str | torch.device = "cpu", dtype:
     for name, tensor in draft.state_dict().items():
         if name in state and state[name].shape != tensor.shape:
             raise CheckpointError(f"draft weight {name} has shape {tuple(state[name].shape)}, config implies {tuple(tensor.shape)}")
-    draft.load_state_dict({k: v for k, v in state.items() if k in expected}, strict=False)
+    draft.load_state_dict(in_dtype({k: v for k, v in state.items() if k in expected}, dtype), strict=False,
+                          assign=True)  # the tensors read become the parameters: one copy of the weights
     if draft.d2t is not None or t2d is not None:
         check_d2t(draft, t2d)
     return place_draft(draft, device, dtype)
+
+
+def in_dtype(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Floating tensors cast to ``dtype`` (integer maps such as d2t kept), each once: a tied
+    embedding and head stay one tensor."""
+    cast: dict[int, torch.Tensor] = {}
+    for value in state.values():
+        if id(value) not in cast:
+            cast[id(value)] = value.to(dtype) if value.is_floating_point() else value
+    return {name: cast[id(value)] for name, value in state.items()}
 
 
 def check_d2t(draft: DFlashDraftModel, t2d: torch.Tensor | None) -> None:
@@ -375,7 +387,7 @@ def check_d2t(draft: DFlashDraftModel, t2d: torch.Tensor | None) -> None:
     if int(targets.min()) < 0 or int(targets.max()) >= draft.config.vocab_size or targets.unique().numel() != targets.numel():
         raise CheckpointError("draft weights: d2t maps draft ids outside the target vocabulary or two onto one")
     if t2d is not None:
-        expected = torch.zeros(draft.config.vocab_size, dtype=torch.bool)
+        expected = torch.zeros(draft.config.vocab_size, dtype=torch.bool, device=targets.device)
         expected[targets] = True
         if t2d.shape != expected.shape or not torch.equal(t2d.bool(), expected):
             raise CheckpointError("draft weights: t2d does not mark exactly the target ids d2t maps to")

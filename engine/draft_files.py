@@ -21,15 +21,16 @@ from .weights import check_safetensors_file, safetensors_files
 MASK_EMBEDDING_FILE = "mask_embedding.pt"
 
 
-def read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of the draft's ``*.safetensors`` files, names without a ``model.`` prefix."""
+def read_weights(directory: Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """Every tensor of the draft's ``*.safetensors`` files, names without a ``model.`` prefix, read
+    straight onto ``device`` (no copy of the weights in host memory on the way to a GPU)."""
     from safetensors.torch import load_file
 
     state: dict[str, torch.Tensor] = {}
     for file in safetensors_files(directory, "draft"):
         check_safetensors_file(file)
         try:
-            state.update(load_file(str(file)))
+            state.update(load_file(str(file), device=str(torch.device(device))))
         except Exception as exc:  # safetensors raises its own error types
             raise CheckpointError(f"cannot read {file}: {exc}") from exc
     return {k.removeprefix("model."): v for k, v in state.items()}

@@ -259,3 +259,27 @@ def test_a_target_for_another_device_never_sits_whole_in_host_memory(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     growth = int(out.stdout.strip().splitlines()[-1])
     assert growth < size / 2, f"host memory grew by {growth / 1e6:.0f} MB loading a {size / 1e6:.0f} MB checkpoint"
+
+
+def test_the_draft_is_read_onto_its_device_and_its_tensors_become_the_parameters(tmp_path, monkeypatch):
+    """safetensors reads each tensor onto the draft's device, and the tensors read are the
+    draft's parameters (no second copy): the draft module is built there and takes them over."""
+    import safetensors.torch
+
+    from engine.draft import load_draft
+
+    _, draft_dir, *_ = save_tiny_pair(tmp_path)
+    reads = []
+    real = safetensors.torch.load_file
+
+    def spy(filename, device="cpu"):
+        tensors = real(filename, device=device)
+        reads.append((device, tensors))
+        return tensors
+
+    monkeypatch.setattr(safetensors.torch, "load_file", spy)
+    draft = load_draft(draft_dir, device=torch.device("cpu"), dtype=torch.float32)
+    assert [device for device, _ in reads] == ["cpu"]
+    read = {name.removeprefix("model."): tensor for name, tensor in reads[0][1].items()}
+    assert draft.fc.weight.data_ptr() == read["fc.weight"].data_ptr()
+    assert draft.layers[0].mlp.down_proj.weight.data_ptr() == read["layers.0.mlp.down_proj.weight"].data_ptr()

@@ -157,9 +157,6 @@ def refuse_values(raw: dict, nested: dict) -> None:
     if {**raw, **nested}.get("use_aux_hidden_state") is False:
         problems.append("use_aux_hidden_state false: a draft that reads no target features is not DFlash")
     layer_types = raw.get("layer_types")
-    any_sliding = bool(layer_types) and "sliding_attention" in layer_types
-    if raw.get("use_sliding_window") and not (any_sliding or nested.get("use_swa") or raw.get("use_swa")):
-        problems.append("use_sliding_window true but no layer is sliding (layer_types / use_swa)")
     if layer_types and any(t not in ("sliding_attention", "full_attention") for t in layer_types):
         problems.append(f"layer_types {sorted(set(layer_types))}: only sliding_attention and full_attention exist")
     if layer_types and len(layer_types) != raw.get("num_hidden_layers", len(layer_types)):
@@ -194,4 +191,9 @@ def config_from_dict(raw: dict, where: str = "draft") -> tuple[Qwen3Config, str]
         config = Qwen3Config(**values)
     except (TypeError, ValueError, KeyError) as exc:
         raise CheckpointError(f"draft config in {where} is inconsistent: {exc}") from exc
+    # after Qwen3Config, which derives layer_types from use_sliding_window + max_window_layers
+    use_swa = (raw.get("dflash_config") or {}).get("use_swa")
+    if raw.get("use_sliding_window") and "sliding_attention" not in config.layer_types and not use_swa:
+        raise CheckpointError("draft config refused: use_sliding_window true but no layer is sliding "
+                              "(layer_types, max_window_layers, use_swa)")
     return config, forms[0]

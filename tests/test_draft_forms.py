@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from engine.config import SamplingConfig
 from engine.decode import generate
 from engine.draft import DFlash2DraftModel, DFlashDraftModel, load_draft
-from engine.draft_config import key_handlers
+from engine.draft_config import config_from_dict, key_handlers
 from engine.errors import CheckpointError, IncompatibleDraftError
 from engine.events import Cycle, Finished
 from engine.loading import check_compatible
@@ -68,7 +68,16 @@ def test_an_unknown_key_is_refused_by_its_name():
 def test_values_this_engine_cannot_honour_are_refused_by_name(change, named):
     raw = {**copy.deepcopy(PUBLISHED["z-lab Qwen3-8B b16"]), **change}
     with pytest.raises(CheckpointError, match=named):
-        key_handlers(raw)
+        config_from_dict(raw)
+
+
+def test_a_qwen2_style_window_without_layer_types_is_honoured():
+    raw = {**copy.deepcopy(PUBLISHED["z-lab Qwen3-8B b16"]), "use_sliding_window": True, "sliding_window": 5,
+           "max_window_layers": 1}
+    raw.pop("layer_types")
+    config, _ = config_from_dict(raw)
+    draft = DFlashDraftModel(config)
+    assert [(l.self_attn.sliding_window, l.self_attn.is_causal) for l in draft.layers] == [(None, False), (5, True)]
 
 
 # ----------------------------------------------------------------------------- the right architecture

@@ -1,5 +1,5 @@
 """The ``Engine`` interface: what the UI, the HTTP API, storage, bench and the CLI may ask of an
-engine, whichever one it is (DESIGN §10). Two engines implement it: the local one
+engine, whichever one it is. Two engines implement it: the local one
 (``engine.runtime.LocalEngine``, torch in this process) and the vLLM client
 (``engine.vllm.VLLMEngine``, DFlash served by vLLM over HTTP).
 

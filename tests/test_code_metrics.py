@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine import code_metrics as cm
 
-# The reply the shipped tiny coder gave to every request before issue #17.
+# The reply an earlier tiny coder gave to every request, before it was trained on requests.
 TKINTER = '''def get_file(self, name):
     """Return the name of the name of the reverse of a string."""
     return self.tk.call(self._w, 'set')'''

@@ -57,8 +57,7 @@ def test_no_heldout_family_is_trained_on(tasks):
 
 
 def test_no_fresh_prompt_is_a_training_request(tasks):
-    """assets/prompts/fresh_requests.jsonl (written in session 9, after the copy-curriculum data
-    was built, to judge the pair as a new user would): none of its requests is a task-family
+    """assets/prompts/fresh_requests.jsonl (written after the copy-curriculum data was built, to judge the pair as a new user would): none of its requests is a task-family
     request and none of its prefixes continues a task solution. Unlike the held-out set its
     words may name training code: it measures the common requests, not generalisation."""
     rows = [json.loads(line) for line in (HELDOUT.parent / "fresh_requests.jsonl").read_text().splitlines() if line.strip()]

@@ -190,7 +190,7 @@ def test_speed_estimate_is_tau_over_the_measured_cycle_cost_and_says_why():
 
 
 def test_bare_code_with_a_prose_docstring_is_one_code_block_in_chat_teach_and_analytics():
-    """Issue #17: a bare-code reply whose docstring is a long sentence rendered its def line and
+    """A bare-code reply whose docstring is a long sentence once rendered its def line and
     docstring as prose (indentation lost) and the rest as a code block."""
     from ui.analytics import reply_kind
     from ui.render import bare_code

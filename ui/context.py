@@ -1,5 +1,5 @@
 """What the UI is handed by ``app``: a store, an engine host and defaults. The UI never builds
-these itself (DESIGN §1: ``ui`` imports only the engine's event types and configs, and the
+these itself (the layering rule in docs/architecture.md: ``ui`` imports only the engine's event types and configs, and the
 store's named errors so that it can turn them into messages)."""
 
 from __future__ import annotations

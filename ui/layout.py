@@ -1,6 +1,6 @@
 """The page: layout in one ``gr.Blocks``, then every event wired in one place (``wire``).
 
-Stable element ids (DESIGN §6) for tests and users' scripts: chat, chat-input, send, stop,
+Stable element ids (docs/architecture.md) for tests and users' scripts: chat, chat-input, send, stop,
 regenerate, token-view, stats, acceptance-chart, session-chart, tau-histogram, position-chart,
 session-list, session-search, session-title, new-session, rename-session, delete-session,
 confirm-delete, cancel-delete, export-session, import-session, export-file, model-picker, model-status, block-size,

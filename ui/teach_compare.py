@@ -1,6 +1,6 @@
 """Compare a stored reply with plain decoding: re-run its prompt with speculation off (same
 settings and seed) on the engine worker, and DFlash again right after it (so that the speed
-ratio comes from one back-to-back measurement, DESIGN §5), then say whether the outputs are
+ratio comes from one back-to-back measurement on the same machine load), then say whether the outputs are
 identical and how much faster DFlash was.
 
 ``run_comparison`` runs on the engine worker (``ctx.engines.submit``); everything else is pure.
@@ -234,7 +234,7 @@ def compare_stored_reply(engine, message: dict, messages: list[dict], cycles: li
 
 def warm_up(engine, ids, sampling: SamplingConfig, cancel=None, tokens: int = 4) -> None:
     """A few untimed tokens of each kind of run first, so that neither timed run pays for
-    first-call setup (DESIGN §5: measure after a warm-up)."""
+    first-call setup (allocations, kernel selection), which would be charged to whichever ran first."""
     short = replace(sampling, max_new_tokens=min(tokens, sampling.max_new_tokens))
     for _ in engine.generate(ids, replace(short, block_size=1), FallbackConfig(enabled=False), cancel,
                              slot_details=False, speculative=False):

@@ -1,4 +1,4 @@
-"""Playwright in Debian's Chromium (Playwright cannot download its own browser here; DESIGN §10)
+"""Playwright in Debian's Chromium (Playwright's own browser download needs the network, which the tests do not use)
 against the app served on 127.0.0.1 with a FakeEngine (fast, scripted) or the embedded model."""
 
 from __future__ import annotations

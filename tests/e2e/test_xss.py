@@ -110,7 +110,7 @@ def send_and_wait_reply(page, studio, text: str, n: int) -> None:
     """Send ``text`` as the ``n``-th message and wait until its reply is stored as ended (the
     store, not the page: a cut ``$$`` in a reply may hide its footer).
 
-    On a slow CI machine the fourth reply was once never stored (stop 23), and the test could not
+    On a slow CI machine the fourth reply was once never stored, and the test could not
     tell whether the message had reached the server. Now it waits for the message first: a user
     whose Enter did nothing presses it again; so does this test, once, and only when the server
     provably has not got the message and the text is still in the box. Every failure says where

@@ -55,8 +55,9 @@ TOP_LEVEL_KEYS = {
     "partial_rotary_factor": ROPE + " (only the first part of each head rotates)",
     "layer_types": ATTENTION + " (sliding layers get a window; causal unless is_causal says otherwise)",
     "sliding_window": ATTENTION + " (window of sliding layers)",
-    "use_sliding_window": ATTENTION + " (must agree with layer_types / use_swa: refused otherwise)",
-    "max_window_layers": ATTENTION + " (legacy Qwen2 key: Qwen3Config derives layer_types from it when they are absent)",
+    "use_sliding_window": ATTENTION + " (with no layer_types, Qwen3Config makes the layers from max_window_layers "
+                                      "on sliding, as transformers and vLLM read it; explicit layer_types decide)",
+    "max_window_layers": ATTENTION + " (see use_sliding_window)",
     "is_causal": ATTENTION + " (forces every layer causal or bidirectional inside the block)",
     "num_target_layers": PAIRING,
     "target_hidden_size": ARCHITECTURE + " (width of the target features fc reads); " + PAIRING,
@@ -191,9 +192,4 @@ def config_from_dict(raw: dict, where: str = "draft") -> tuple[Qwen3Config, str]
         config = Qwen3Config(**values)
     except (TypeError, ValueError, KeyError) as exc:
         raise CheckpointError(f"draft config in {where} is inconsistent: {exc}") from exc
-    # after Qwen3Config, which derives layer_types from use_sliding_window + max_window_layers
-    use_swa = (raw.get("dflash_config") or {}).get("use_swa")
-    if raw.get("use_sliding_window") and "sliding_attention" not in config.layer_types and not use_swa:
-        raise CheckpointError("draft config refused: use_sliding_window true but no layer is sliding "
-                              "(layer_types, max_window_layers, use_swa)")
     return config, forms[0]

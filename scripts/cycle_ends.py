@@ -1,4 +1,5 @@
-"""Where do a pair's decoding cycles end? A breakdown by region of the greedy replies (issue #17).
+"""Where do a pair's decoding cycles end? A breakdown by region of the greedy replies:
+which part of a reply (docstring, signature, body) the draft stops matching in.
 
     python3 scripts/cycle_ends.py PROMPTS.jsonl [TARGET DRAFT]
 

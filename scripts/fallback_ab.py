@@ -1,11 +1,11 @@
-"""Fallback settings side by side in one sitting (docs/performance.md's A/Bs).
+"""Which fallback setting is fastest on this machine? Settings side by side in one sitting
+(docs/performance.md's A/Bs).
 
     python3 scripts/fallback_ab.py PROMPTS.jsonl TEMPERATURE BLOCK [TARGET DRAFT]
 
 Per prompt, interleaved, twice (fastest run kept): our loop at block 1 (plain decoding), DFlash
-with today's fallback (window 32, first decision after 4 cycles, probe budget 1 %), with the
-eleventh session's window (8, after 2), with the twelfth session's probe budget (3 %) and with
-fixed blocks. Each fallback runs on its own engine, so each keeps its own memory
+with the default fallback (window 32, first decision after 4 cycles, probe budget 1 %), with a
+short window (8, after 2), with a larger probe budget (3 %) and with fixed blocks. Each fallback runs on its own engine, so each keeps its own memory
 across replies as in `bench`. Prints tokens/s, speedup over block 1 and mean tau per path.
 """
 
@@ -19,7 +19,7 @@ from engine.config import EngineConfig, FallbackConfig, SamplingConfig
 from engine.runtime import Engine
 
 REPEATS = 2
-POLICIES = {"new": FallbackConfig(), "old": FallbackConfig(window=8, min_cycles_before_switch=2),
+POLICIES = {"default": FallbackConfig(), "window8": FallbackConfig(window=8, min_cycles_before_switch=2),
             "b3%": FallbackConfig(probe_budget=0.03), "fixed": FallbackConfig(enabled=False)}
 
 
@@ -29,11 +29,11 @@ def main(argv: list[str]) -> None:
                           threads=1)
     # one engine per adaptive policy, so each keeps its own fallback memory across replies
     engines = {path: Engine.load(config) for path, policy in POLICIES.items() if policy.enabled}
-    engines["plain"] = engines["fixed"] = engines["new"]  # neither touches the fallback memory
+    engines["plain"] = engines["fixed"] = engines["default"]  # neither touches the fallback memory
     totals = {path: [0, 0.0, []] for path in ("plain", *POLICIES)}
     for number, item in enumerate(read_prompts(prompts)):
-        ids = engines["new"].encode(item.prompt, raw=item.raw)
-        sampling = engines["new"].check_request(ids, SamplingConfig(
+        ids = engines["default"].encode(item.prompt, raw=item.raw)
+        sampling = engines["default"].check_request(ids, SamplingConfig(
             max_new_tokens=96, temperature=temperature, block_size=block, seed=1234 + number))
         best = {}
         for _ in range(REPEATS):

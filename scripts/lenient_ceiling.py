@@ -1,5 +1,6 @@
 """How far could τ go if the target were retrained to agree with its draft wherever it finds the
-draft's token plausible? An upper bound for "make the target easier to draft for" (issue #17).
+draft's token plausible? An upper bound for "make the target easier to draft for",
+before spending hours retraining a target for it.
 
     python3 scripts/lenient_ceiling.py ALPHA PROMPTS.jsonl... [--pair DIR]
 

@@ -1,4 +1,5 @@
-"""Would copying from the context help the draft? An offline estimate for issues #16 and #17.
+"""Would copying from the context help the draft? An offline estimate (prompt-lookup proposals
+mixed into the draft's block), answered before building it into the decoder.
 
     python3 scripts/lookup_estimate.py PROMPTS.jsonl [TARGET DRAFT]
 

@@ -1,4 +1,5 @@
-"""How often does a draft lose a block on a token it cannot propose? (issue #17)
+"""How often does a draft lose a block on a token it cannot propose? (A draft proposing from part
+of the vocabulary only is cheaper per cycle; this says what that costs in rejections.)
 
     python3 scripts/proposal_misses.py PROMPTS.jsonl... [--pair DIR]
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rebuild both shipped pairs from scratch on a CPU: the embedded tiny coder (assets/models/tiny-coder,
 # about 11 hours on 2 cores) and, from its target and draft, the pair that answers requests
-# (assets/models/tiny-coder-requests, about 6.5 hours more; issue #17). Every step resumes from its
+# (assets/models/tiny-coder-requests, about 6.5 hours more). Every step resumes from its
 # --work checkpoint, so rerun this script after an interruption. Run it in the background:
 #   nohup bash scripts/rebuild_tiny_coder.sh > runs/rebuild.log 2>&1 &
 # The budgets are wall-clock: on a busy machine the same flags train fewer tokens.
@@ -75,7 +75,7 @@ dflash-studio train draft --init runs/requests/draft2/model --target runs/reques
     --prompts requests-wide --chat-fraction 0.3 --lr 4e-4 --num-sequences 3000 --new-tokens 96 --gen-fraction 0.28 \
     --max-minutes 100 --cache-features-gb 10 --checkpoint-minutes 10 --seed 27 \
     --out runs/requests/draft3/model --work runs/requests/draft3/work
-# the fourth (thirteenth session): more of the same with more chat requests, fresh seed
+# the fourth: more of the same with more chat requests, fresh seed
 dflash-studio train draft --init runs/requests/draft3/model --target runs/requests/target/model $DRAFT_FLAGS \
     --prompts requests-wide --chat-fraction 0.5 --lr 3e-4 --num-sequences 3000 --new-tokens 96 --gen-fraction 0.28 \
     --max-minutes 100 --cache-features-gb 8 --checkpoint-minutes 10 --seed 32 \
@@ -84,7 +84,7 @@ dflash-studio train draft --init runs/requests/draft3/model --target runs/reques
 mkdir -p assets/models/tiny-coder-requests/target assets/models/tiny-coder-requests/draft
 cp runs/requests/target/model/* assets/models/tiny-coder-requests/target/
 cp runs/requests/draft4/model/* assets/models/tiny-coder-requests/draft/
-# it proposes from the 2,048 ids this target writes most in 1,200 greedy replies (twentieth session):
+# it proposes from the 2,048 ids this target writes most in 1,200 greedy replies:
 # the first 2,048 ids miss the English words the fine-tune added (~7 min)
 dflash-studio train proposals --target assets/models/tiny-coder-requests/target \
     --draft assets/models/tiny-coder-requests/draft --prompts requests-wide --num-sequences 1200 --seed 77 \

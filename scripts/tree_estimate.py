@@ -1,4 +1,5 @@
-"""Would tree verification pay here? An offline estimate for issue #16 (DDTree, arXiv 2604.12989).
+"""Would tree verification pay here? An offline estimate (DDTree, arXiv 2604.12989), answered
+before building tree attention into the decoder.
 
     python3 scripts/tree_estimate.py PROMPTS.jsonl [TARGET DRAFT]
 

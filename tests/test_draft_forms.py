@@ -63,12 +63,25 @@ def test_an_unknown_key_is_refused_by_its_name():
     ({"hidden_act": "gelu"}, "hidden_act"),
     ({"is_neox_style": False}, "is_neox_style"),
     ({"layer_types": ["chunked_attention", "full_attention"]}, "layer_types"),
-    ({"use_sliding_window": True}, "use_sliding_window"),
 ])
 def test_values_this_engine_cannot_honour_are_refused_by_name(change, named):
     raw = {**copy.deepcopy(PUBLISHED["z-lab Qwen3-8B b16"]), **change}
     with pytest.raises(CheckpointError, match=named):
         config_from_dict(raw)
+
+
+def test_use_sliding_window_is_read_as_transformers_and_vllm_read_it():
+    # z-lab/Qwen3.5-122B-A10B-DFlash's config (as a public C++ port's test fixture trims it): use_sliding_window
+    # and a window, no layer_types, six layers below max_window_layers' default (28): no layer slides.
+    raw = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "dtype": "bfloat16", "hidden_size": 64,
+           "num_hidden_layers": 2, "vocab_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 16, "intermediate_size": 128, "rms_norm_eps": 1e-6,
+           "rope_parameters": {"rope_type": "default", "rope_theta": 10000000}, "max_position_embeddings": 262144,
+           "use_sliding_window": True, "sliding_window": 4096, "tie_word_embeddings": False,
+           "dflash_config": {"block_size": 16, "mask_token_id": MASK, "target_layer_ids": [1, 2]}}
+    assert set(key_handlers(raw)) == all_keys(raw)
+    draft = DFlashDraftModel(config_from_dict(raw)[0])
+    assert [(l.self_attn.sliding_window, l.self_attn.is_causal) for l in draft.layers] == [(None, False)] * 2
 
 
 def test_a_qwen2_style_window_without_layer_types_is_honoured():

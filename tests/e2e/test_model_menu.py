@@ -1,0 +1,118 @@
+"""The model menu tells the truth in a real browser: after a pick, a reload, "+ New session" and
+each stored session show the model that answers there; opening a session shows its model, and
+Send runs it; where a session's model changed, the chat says so and the new model is not sent
+the other model's turns."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fake_engine import FakeEngine, FakeReply, fake_studio
+
+from .conftest import VIEWPORT, launch
+from .test_browser import send, wait_replies
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory):
+    coder, fast = FakeEngine("fake-coder", delay_s=0.01), FakeEngine("fake-fast", delay_s=0.01)
+    studio = fake_studio(coder, db_path=tmp_path_factory.mktemp("menu") / "sessions.db", others=(fast,))
+    studio.host.start().result(timeout=10)
+    url = launch(studio)
+    yield studio, coder, fast, url
+    studio.close()
+
+
+def menu_value(page) -> str:
+    return page.locator("#model-picker input").input_value()
+
+
+def wait_menu(page, name: str) -> None:
+    page.wait_for_function(f"document.querySelector('#model-picker input').value === {name!r}")
+
+
+def pick(page, name: str) -> None:
+    page.click("#model-picker input")
+    page.locator(f"#model-picker li[role=option][aria-label='{name}']").click()
+
+
+def header_model(page, name: str, state: str) -> None:
+    page.wait_for_selector(f"#model-status [data-model='{name}'][data-state='{state}']", timeout=20_000)
+
+
+def test_menu_header_and_sessions_name_the_model_that_answers(browser, two_models):
+    studio, coder, fast, url = two_models
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    page.goto(url)
+    page.wait_for_selector("#chat-input textarea:not([disabled])")
+    header_model(page, "fake-coder", "ready")
+    send(page, "first, on the coder")
+    wait_replies(page, 1)
+
+    page.click("#new-session")
+    wait_menu(page, "fake-coder")
+    pick(page, "fake-fast")  # picked on a new page: it loads, and the next session is made with it
+    header_model(page, "fake-fast", "ready")
+    page.click("#session-list label >> nth=1")  # the first session, then "+ New session" again
+    wait_menu(page, "fake-coder")
+    page.click("#new-session")
+    wait_menu(page, "fake-fast")  # a new session: the model that is loaded and answers
+    fast.enqueue("Fast answer.")
+    send(page, "second, on the fast one")
+    page.wait_for_function("document.querySelector('#chat').innerText.includes('Fast answer.')")
+    assert len(fast.calls) == 1 and "second, on the fast one" in fast.calls[-1]["prompt_text"]
+
+    page.reload()  # the page remembers the fast session, and its model
+    page.wait_for_selector("#chat-input textarea:not([disabled])")
+    page.wait_for_function("document.querySelector('#chat').innerText.includes('Fast answer.')")
+    wait_menu(page, "fake-fast")
+
+    page.locator("#session-list label", has_text="first, on the coder").click()  # an older session: its model
+    wait_menu(page, "fake-coder")
+    header_model(page, "fake-coder", "on-send")
+    page.wait_for_function("document.querySelector('#model-status').innerText.includes('loads when you send')")
+    page.wait_for_timeout(1500)  # the header stays so (it is redrawn every second)
+    assert "fake-coder" in page.locator("#model-status").inner_text() and "loads when you send" in page.locator("#model-status").inner_text()
+    calls = len(coder.calls)
+    coder.enqueue("Coder again.")
+    send(page, "third, back on the coder")
+    page.wait_for_function("document.querySelector('#chat').innerText.includes('Coder again.')")
+    assert len(coder.calls) == calls + 1 and len(fast.calls) == 1  # Send ran the session's model
+    header_model(page, "fake-coder", "ready")
+    assert "fake-fast" not in page.locator("#chat").inner_text()  # no change in this session
+    stored = [s for s in studio.store.list_sessions() if s["title"].startswith("first")][0]
+    assert stored["settings"]["model"] == "fake-coder"
+    context.close()
+
+
+def test_a_model_change_mid_session_is_said_in_the_chat_and_keeps_each_history_apart(browser, two_models):
+    studio, coder, fast, url = two_models
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    page.goto(url)
+    page.wait_for_selector("#chat-input textarea:not([disabled])")
+    page.click("#new-session")
+    pick(page, "fake-coder")
+    header_model(page, "fake-coder", "ready")
+    coder.enqueue(FakeReply("class Tkinter: pass"))
+    send(page, "write add(a, b)")
+    wait_replies(page, 1)
+    pick(page, "fake-fast")
+    header_model(page, "fake-fast", "ready")
+    fast.enqueue("def is_even(n): return n % 2 == 0")
+    send(page, "write is_even(n)")
+    notice = page.locator("#chat .model-change")
+    notice.wait_for()
+    assert "fake-coder → fake-fast" in notice.inner_text() and "1 earlier turn" in notice.inner_text()
+    wait_replies(page, 2)
+    prompt = fast.calls[-1]["prompt_text"]
+    assert "write is_even(n)" in prompt and "Tkinter" not in prompt and "write add" not in prompt
+    page.reload()  # the notice is part of the stored chat, not of the stream only
+    page.wait_for_selector("#chat .model-change")
+    assert page.locator("#chat .model-change").count() == 1
+    context.close()

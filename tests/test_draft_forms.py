@@ -235,6 +235,16 @@ def test_greedy_dflash_equals_plain_greedy_for_every_published_form(target, draf
     assert all(len(c.draft_tokens) == min(block_size, 28) - 1 for c in cycles[:1])
 
 
+@pytest.mark.parametrize("proposal", ["sample", "argmax"])
+@pytest.mark.parametrize("name", FORMS)
+def test_sampled_replies_run_with_every_published_form(target, drafts, name, proposal):
+    draft = load_draft(drafts[name])
+    sampling = SamplingConfig(max_new_tokens=20, temperature=0.8, seed=1, proposal=proposal)
+    events = list(generate(target, draft, PROMPT, sampling))
+    assert isinstance(events[-1], Finished) and len(events[-1].token_ids) == 20
+    assert all(0 <= t < 96 for e in events if isinstance(e, Cycle) for t in e.draft_tokens)
+
+
 # ----------------------------------------------------------------------------- naive reference (loops)
 
 

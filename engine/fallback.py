@@ -40,7 +40,7 @@ Decision rule (``AdaptivePolicy``):
   at 1 %, one A/B sitting). A mode expected to lose is left (down) before a probe is considered:
   a probe is priced against the mode in use, and from a reduced mode as slow as full it looked
   free, so fallback cycled reduced -> probe -> reduced without reaching plain decoding.
-- With ``config.preset`` the seeds' rule replaces the comparison against full: keep full blocks
+- With ``config.preset`` a fixed threshold replaces the comparison against full: keep full blocks
   while the rolling tau >= ``PRESET_THRESHOLDS[preset]`` (quoted for blocks of 8; scaled by B/8
   for smaller full blocks), otherwise degrade: to reduced, or straight to off when the cost model
   expects plain decoding to beat reduced by the hysteresis margin (speculation stops paying).

@@ -349,7 +349,11 @@ REPLAY_JS = r"""
     $("race-pace").addEventListener("change", function () {
       if (raf !== null) { clockStart = clock; wallStart = performance.now(); }
     });
-    slider.addEventListener("input", function () { stop(); draw(end * Number(slider.value) / 1000); });
+    slider.addEventListener("input", function () {
+      var t = end * Number(slider.value) / 1000;  // read before stop() redraws the slider at the old clock
+      stop();
+      draw(t);
+    });
     draw(0);
   }
 

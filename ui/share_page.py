@@ -30,7 +30,8 @@ CHART_WIDTH, CHART_HEIGHT = 720, 120
 
 
 def esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """Text for HTML; a NUL (which an HTML parser drops from text) shows as U+FFFD."""
+    return html.escape(str(text), quote=True).replace("\x00", "\ufffd")
 
 
 def script_json(value) -> str:

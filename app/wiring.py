@@ -40,13 +40,26 @@ class ModelChoice:
 def available_models(config: AppConfig, assets: Path | None = None) -> list[ModelChoice]:
     """Every pair this Studio can run, each once: the one given on the command line (it starts
     first), the shipped pairs (the default first), then each pair in ``--models-dir``; with
-    ``--engine-url`` only the model that vLLM server serves. The model menu, the API's
+    ``--engine-url`` only the model that vLLM server serves; then the published pairs
+    (engine.catalog), which download when picked. The model menu, the API's
     /v1/models and model switching all read this one list; a new source of pairs adds its
     entries here."""
     if config.vllm is not None and config.vllm.url:
         return [ModelChoice(f"vLLM at {config.vllm.url}", config.vllm.target, None, "vLLM server")]
     choices = [*_command_line_pair(config, assets), *_shipped_pairs(assets), *_models_dir_pairs(config.models_dir)]
-    return _unique(choices or [ModelChoice(DEFAULT_PAIR.name, None, None, "shipped", DEFAULT_PAIR.purpose)])
+    choices = choices or [ModelChoice(DEFAULT_PAIR.name, None, None, "shipped", DEFAULT_PAIR.purpose)]
+    return _unique([*choices, *published_pairs()])
+
+
+def published_pairs(probe=None) -> list[ModelChoice]:
+    """The published pairs (engine.catalog), after the local ones: picking one downloads it first
+    where the hub can be reached; without network its entry says what it would take."""
+    from engine.catalog import PUBLISHED_PAIRS, availability
+    from engine.hub import HubProbe
+
+    probe = probe or HubProbe()
+    return [ModelChoice(pair.name, pair.target, pair.draft, pair.describe(), availability(pair, probe))
+            for pair in PUBLISHED_PAIRS]
 
 
 def _command_line_pair(config: AppConfig, assets: Path | None) -> list[ModelChoice]:

@@ -15,7 +15,8 @@ import pytest
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from app.config import AppConfig  # noqa: E402
-from app.wiring import available_models, build_studio  # noqa: E402
+from app.wiring import available_models, build_studio, model_id  # noqa: E402
+from engine.catalog import PUBLISHED_PAIRS  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from storage import SessionStore  # noqa: E402
 from tests.fake_engine import FakeEngine, FakeReply  # noqa: E402
@@ -54,7 +55,8 @@ def client(served):
 def test_models_lists_every_pair_by_a_readable_id(served, client):
     ids = [m.id for m in client.models.list().data]
     assert ids[0] == "mypair"  # the pair given by --target/--draft paths: loaded, listed first, not 'target-+-draft'
-    assert sorted(ids[1:]) == ["qwen-8b", "tiny-coder", "tiny-coder-fast"]
+    published = [model_id(pair.name) for pair in PUBLISHED_PAIRS]  # the published pairs, after the local ones
+    assert sorted(ids[1:-len(published)]) == ["qwen-8b", "tiny-coder", "tiny-coder-fast"] and ids[-len(published):] == published
     cards = {m.id: m.model_extra["dflash"] for m in client.models.list().data}
     assert cards["tiny-coder"]["purpose"] == "answers simple requests" and cards["mypair"]["loaded"] is True
     assert cards["tiny-coder-fast"]["loaded"] is False

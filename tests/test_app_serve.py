@@ -11,6 +11,7 @@ import pytest
 from app.cli import build_parser, main
 from app.config import ApiConfig, AppConfig, is_loopback, parse_auth
 from app.wiring import EngineHost, ModelChoice, available_models
+from engine.catalog import PUBLISHED_PAIRS
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
 from tests.fake_engine import FakeEngine, fake_studio
@@ -56,6 +57,9 @@ def test_a_port_in_use_is_one_clear_line_not_a_traceback(capsys, tmp_path):
     assert f"cannot listen on 127.0.0.1:{port}" in err and "--port" in err and "Traceback" not in err
 
 
+PUBLISHED = [pair.name for pair in PUBLISHED_PAIRS]  # listed after the local pairs (engine.catalog)
+
+
 def test_available_models_lists_the_command_line_pair_the_shipped_ones_and_models_dir(tmp_path):
     for name in ("qwen-8b", "mimo"):
         (tmp_path / name / "target").mkdir(parents=True)
@@ -63,10 +67,10 @@ def test_available_models_lists_the_command_line_pair_the_shipped_ones_and_model
     (tmp_path / "not-a-model").mkdir()
     config = AppConfig(engine=EngineConfig(target="/models/t", draft="/models/d"), models_dir=tmp_path)
     catalog = available_models(config, assets=tmp_path / "missing")
-    assert [c.key for c in catalog] == ["t+d", "mimo", "qwen-8b"]
+    assert [c.key for c in catalog] == ["t+d", "mimo", "qwen-8b", *PUBLISHED]
     assert catalog[1] == ModelChoice("mimo", str(tmp_path / "mimo" / "target"), str(tmp_path / "mimo" / "draft"),
                                      str(tmp_path / "mimo"))
-    assert [c.key for c in available_models(AppConfig(), assets=tmp_path / "missing")] == ["tiny-coder"]
+    assert [c.key for c in available_models(AppConfig(), assets=tmp_path / "missing")] == ["tiny-coder", *PUBLISHED]
 
 
 def test_a_pair_given_by_paths_gets_a_readable_name():
@@ -91,16 +95,16 @@ def test_the_answering_pair_is_the_default_and_the_fast_pair_the_speed_demo():
     models = assets_dir() / "models"
     assert embedded_pair()[0] == models / "tiny-coder-requests" / "target"  # generate, bench, vLLM: the default
     catalog = available_models(AppConfig())
-    assert [c.key for c in catalog] == ["tiny-coder", "tiny-coder-fast"]
+    assert [c.key for c in catalog] == ["tiny-coder", "tiny-coder-fast", *PUBLISHED]
     assert (catalog[0].target, catalog[0].draft) == (str(models / "tiny-coder-requests" / "target"),
                                                      str(models / "tiny-coder-requests" / "draft"))
     assert (catalog[1].target, catalog[1].draft) == (str(models / "tiny-coder" / "target"), str(models / "tiny-coder" / "draft"))
     given = AppConfig(engine=EngineConfig(target=str(models / "tiny-coder" / "target"), draft=str(models / "tiny-coder" / "draft")),
                       models_dir=models)
-    assert [c.key for c in available_models(given)] == ["tiny-coder-fast", "tiny-coder"]  # the given pair starts
+    assert [c.key for c in available_models(given)] == ["tiny-coder-fast", "tiny-coder", *PUBLISHED]  # the given pair starts
     host = EngineHost(available_models(AppConfig(models_dir=models)), loader=None)
-    assert host.choices() == [("tiny-coder — answers simple requests", "tiny-coder"),
-                              ("tiny-coder-fast — speed demo, does not answer requests", "tiny-coder-fast")]
+    assert host.choices()[:2] == [("tiny-coder — answers simple requests", "tiny-coder"),
+                                  ("tiny-coder-fast — speed demo, does not answer requests", "tiny-coder-fast")]
     for old, now in [("tiny-coder (embedded)", "tiny-coder-fast"), ("tiny-coder-embedded", "tiny-coder-fast"),
                      ("tiny-coder-requests", "tiny-coder"), ("tiny-coder-requests (answers requests)", "tiny-coder"),
                      ("tiny-coder-requests-answers-requests", "tiny-coder"), ("TINY-CODER-FAST", "tiny-coder-fast"),

@@ -26,6 +26,7 @@ from engine.interface import capabilities_of
 from . import analytics as an
 from . import charts
 from .context import STORE_ERRORS, UIContext
+from .models import reply_model, stored_model
 from .named import Outputs, checked, refused
 from .render import esc
 from .teach_compare import Comparison, comparison_record, run_comparison, sampling_from_settings, stored_run
@@ -322,7 +323,8 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
                 capabilities_of(engine).plain_decoding)
 
     try:
-        (plain, dflash), engine_name, method = ctx.engines.submit(work).result()
+        made_by = ctx.engines.resolve(stored_model(message))  # the reply's own pair, loaded first if need be
+        (plain, dflash), engine_name, method = ctx.engines.submit(work, model=made_by).result()
     except Exception as exc:  # noqa: BLE001 - shown to the user with its reason
         gr.Warning(f"Comparison failed: {exc}")
         yield {"compare_result": compare_html(None, f"Comparison failed: {exc}")}
@@ -333,9 +335,10 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
         yield {"compare_result": compare_html(None, "Comparison stopped before it finished: nothing to compare.")}
         return
     note = ""
-    if message.get("model") and engine_name and message["model"] != engine_name:
-        note = (f"This reply was made by {message['model']}; the model loaded now is {engine_name}, "
-                "so the texts need not match.")
+    made_by = reply_model(ctx, message)  # a stored older name means the pair it meant
+    if made_by and engine_name and made_by != (ctx.engines.resolve(engine_name) or engine_name):
+        note = (f"This reply was made by {made_by}, which this Studio does not offer; {engine_name} ran the "
+                "comparison, so the texts need not match.")
     if stopped and produced:
         note = " ".join(filter(None, [note, f"This reply was {message['status']} after {produced} tokens; "
                                              f"both runs were limited to {produced} tokens."]))

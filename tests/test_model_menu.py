@@ -1,0 +1,101 @@
+"""The model that answers, as the page says it (handlers, no browser): the header names the pair,
+not its folder; sessions stored under the names older versions used open on the pair they meant,
+keep their stored name, answer and compare on it; each model is sent only its own turns of a
+session. FakeEngines stand in for the shipped pairs."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.config import AppConfig
+from app.wiring import ModelChoice, available_models, build_context
+from storage import SessionStore
+from tests.fake_engine import FakeEngine
+from ui import handlers as h
+from ui import models as m
+from ui import teach
+
+CONTROLS = (8, 0.0, 1.0, 64, False, True)
+
+
+def context_for(catalog, engines):
+    ctx = build_context(AppConfig(open_browser=False, flush_interval_s=0.2), store=SessionStore(),
+                        loader=lambda choice, progress: engines[choice.key], catalog=catalog)
+    ctx.engines.start().result(timeout=10)
+    return ctx
+
+
+@pytest.fixture
+def shipped():
+    catalog = available_models(AppConfig())
+    engines = {choice.key: FakeEngine(name=choice.key) for choice in catalog}
+    ctx = context_for(catalog, engines)
+    yield ctx, engines
+    ctx.engines.shutdown()
+
+
+def test_the_header_names_the_pair_and_what_it_is_for_not_its_folder():
+    engine = FakeEngine(name="target")  # an engine names itself after the folder it was loaded from
+    ctx = context_for([ModelChoice("mypair", "/m/mypair/target", "/m/mypair/draft", hint="answers simple requests")],
+                      {"mypair": engine})
+    header = m.model_status_html(ctx)
+    assert "<b>mypair</b>" in header and "answers simple requests" in header and "<b>target</b>" not in header
+    ctx.engines.shutdown()
+
+
+def test_a_session_stored_under_an_older_name_opens_answers_and_compares_on_the_pair_it_meant(shipped):
+    ctx, engines = shipped
+    assert ctx.engines.current_key == "tiny-coder"  # the default: the answering pair
+    old = {"block_size": 8, "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 64, "fallback": False,
+           "show_rejected": True, "model": "tiny-coder (embedded)"}
+    session = ctx.store.create_session("an old one", model="tiny-coder (embedded)", settings=old)
+    ctx.store.add_message(session, "user", "write f", settings=old)
+    reply = ctx.store.start_reply(session, model="tiny-coder", settings=old)  # the fast pair's engine name then
+    with ctx.store.reply_writer(reply) as writer:
+        writer.set_content("def f(): pass")
+        writer.finish("complete")
+
+    view = h.session_view(ctx, session)
+    assert view["model"].value == "tiny-coder-fast" and 'data-model="tiny-coder-fast"' in view["model_status"]
+    assert ctx.store.get_session(session)["model"] == "tiny-coder (embedded)"  # its stored name stays
+    assert "model-change" not in " ".join(row["content"] for row in view["chat"])  # one pair, two names
+
+    h.submit_prompt(ctx, session, "and g", *CONTROLS)
+    list(h.respond(ctx, session, *CONTROLS))
+    assert len(engines["tiny-coder-fast"].calls) == 1 and not engines["tiny-coder"].calls
+    rows, _ = h.chat_history(ctx, session)
+    assert "model-change" not in " ".join(row["content"] for row in rows)
+    assert ctx.store.get_session(session)["model"] == "tiny-coder (embedded)"
+
+    ctx.engines.switch("tiny-coder").result(timeout=10)
+    results = list(teach.compare(ctx, reply))
+    assert len(engines["tiny-coder-fast"].calls) >= 3  # plain and DFlash reruns on the reply's own pair
+    assert "does not offer" not in str(results[-1]["compare_result"])
+
+
+def test_each_model_is_sent_only_its_own_turns():
+    def message(i, role, content, model=None):
+        return {"id": i, "role": role, "kind": "chat", "content": content, "model": model or "",
+                "settings": {"model": model} if model else {}}
+
+    messages = [message(1, "user", "write add"), message(2, "assistant", "class Tk: pass", "tiny-coder-fast"),
+                message(3, "user", "write is_even"), message(4, "assistant", "def is_even(n): ...", "tiny-coder"),
+                message(5, "user", "and is_odd")]
+
+    class Host:
+        catalog = {}
+
+        @staticmethod
+        def resolve(name):
+            return {"tiny-coder (embedded)": "tiny-coder-fast"}.get(name, name or None)
+
+    ctx = type("Ctx", (), {"engines": Host()})()
+    assert m.prompt_for_model(ctx, messages, "tiny-coder") == [
+        {"role": "user", "content": "write is_even"}, {"role": "assistant", "content": "def is_even(n): ..."},
+        {"role": "user", "content": "and is_odd"}]
+    assert [x["content"] for x in m.prompt_for_model(ctx, messages, "tiny-coder-fast")] == [
+        "write add", "class Tk: pass", "and is_odd"]
+    notices = m.reply_notices(ctx, messages, next_model="tiny-coder-fast")
+    assert set(notices) == {4, None}
+    assert "tiny-coder-fast → <b>tiny-coder</b>" in notices[4] and "1 earlier turn " in notices[4]
+    assert "tiny-coder → <b>tiny-coder-fast</b>" in notices[None]

@@ -283,3 +283,45 @@ def test_the_draft_is_read_onto_its_device_and_its_tensors_become_the_parameters
     read = {name.removeprefix("model."): tensor for name, tensor in reads[0][1].items()}
     assert draft.fc.weight.data_ptr() == read["fc.weight"].data_ptr()
     assert draft.layers[0].mlp.down_proj.weight.data_ptr() == read["layers.0.mlp.down_proj.weight"].data_ptr()
+
+
+def test_a_networked_load_downloads_only_what_it_needs_and_reports_the_bytes(tmp_path, monkeypatch):
+    """The hub stands in as a function: it is asked for the target's and the draft's files (with
+    their patterns and the pinned revision), writes them as a download would, and drives the
+    progress bars the way huggingface_hub does; the loading status carries the bytes."""
+    import huggingface_hub
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    target_dir, draft_dir, *_ = save_tiny_pair(tmp_path / "published")
+    asked = []
+
+    def fake_snapshot_download(repo_id, *, revision=None, allow_patterns=None, ignore_patterns=None,
+                               local_files_only=False, tqdm_class=None, **_):
+        if local_files_only:
+            raise huggingface_hub.errors.LocalEntryNotFoundError("not in the cache")
+        asked.append((repo_id, revision, allow_patterns, ignore_patterns))
+        source = target_dir if repo_id == "tiny/coder" else draft_dir
+        folder = tmp_path / "downloaded" / repo_id
+        files = tqdm_class(desc="Fetching files", unit="it", total=1)
+        written = tqdm_class(desc="Reconstructing", unit="B", total=0, initial=0)
+        size = sum(f.stat().st_size for f in source.iterdir())
+        written.total = size
+        shutil.copytree(source, folder)
+        written.update(size // 2)
+        written.update(size - size // 2)
+        files.update(1)
+        return str(folder)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    monkeypatch.setattr(hub.HubProbe, "reachable", lambda self: True)
+    steps = []
+    models = loading.load_models(EngineConfig(target="tiny/coder@v2", draft="tiny/coder-draft", device="cpu"),
+                                 progress=lambda fraction, message: steps.append((round(fraction, 3), message)))
+    assert [(repo, revision) for repo, revision, _, _ in asked] == [("tiny/coder", "v2"), ("tiny/coder-draft", None)]
+    assert asked[0][2:] == download_patterns("target") and asked[1][2:] == download_patterns("draft")
+    downloads = [(fraction, message) for fraction, message in steps if message.startswith("downloading")]
+    assert [fraction for fraction, _ in downloads] == [0.25, 0.5, 0.55, 0.6]
+    assert downloads[1][1].startswith("downloading tiny/coder@v2: ") and " of " in downloads[1][1]
+    assert models.draft is not None and Path(models.target_path) == tmp_path / "downloaded" / "tiny" / "coder"

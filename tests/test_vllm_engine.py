@@ -129,7 +129,8 @@ def test_a_dead_server_url_is_a_clear_error():
 
 def test_bench_and_compare_measure_plain_decoding_on_a_second_vllm_server(vllm_engine, local_engine):
     """bench --engine vllm's fields are the local bench's; plain decoding runs on a vLLM server
-    without a draft (started here, once), and all four paths give the same greedy tokens."""
+    without a draft (started here, once), and every path (vLLM's API, the Studio's client, the
+    local engine; plain and DFlash) gives the same greedy tokens."""
     from engine.bench import BenchPrompt
     from engine.vllm.bench import bench_vllm
     from ui.teach_compare import run_comparison
@@ -144,6 +145,12 @@ def test_bench_and_compare_measure_plain_decoding_on_a_second_vllm_server(vllm_e
     assert summary["dflash"]["mean_acceptance_length"] > 1.5 and summary["block1"]["tokens_per_s"] > 0
     assert summary["local"]["dflash"]["tokens_per_s"] > 0 and summary["ar"]["path"] == "vLLM without a draft"
     assert vllm_engine.plain_server is not None and vllm_engine.plain_server.alive()
+    # vLLM timed through its own non-streaming API; the Studio's streaming client apart, same tokens
+    assert summary["timed_by"].startswith("vLLM's own /v1/completions, non-streaming")
+    client = summary["studio_client"]
+    assert client["dflash"]["tokens"] == summary["dflash"]["tokens"] and client["block1"]["tokens_per_s"] > 0
+    assert isinstance(client["overhead_ms_per_reply"], float)
+    assert all("client_dflash_tokens_per_s" in row for row in summary["per_prompt"])
 
     settings = {"max_new_tokens": 24, "temperature": 0.0, "block_size": 8}
     plain, dflash = run_comparison(vllm_engine, PROMPTS[0][0], False, settings)

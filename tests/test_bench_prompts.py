@@ -100,7 +100,7 @@ def test_bench_summary_says_what_identical_means_at_each_temperature():
 
 
 def test_progress_lines_flag_a_difference_only_where_it_is_a_bug():
-    """A sampled reply differs from plain sampling by design: its progress line must not say
+    """A sampled reply differs from plain sampling by construction: its progress line must not say
     DIFFERENT (that word means a greedy reply broke identity)."""
     from app.cmd_bench import identity_mark
 

@@ -276,7 +276,7 @@ def test_fuzz_figures_count_what_reached_the_server():
 def test_every_fuzzed_endpoint_got_cases_to_the_server(server, tally):
     """Runs after the fuzz tests above (file order) and records their counted figures."""
     if not tally:
-        pytest.skip("the fuzz tests did not run in this session (-k chose this test alone)")
+        pytest.skip("the fuzz tests did not run in this pytest run (-k chose this test alone)")
     figures = fuzz_figures(tally, server[3]["server_errors"])
     record_figure("fuzz", per_endpoint_limit=EXAMPLES, **figures)
     unsent = sorted({e for e, _ in tally} - {e for (e, outcome) in tally if outcome != "not sent"})

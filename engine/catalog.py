@@ -3,9 +3,10 @@ user recognises, with their hub ids and what they take (a download, memory).
 
 Sizes are estimates from parameter counts (as the hub's model pages round them) times bytes
 per parameter: stored bytes for the download, bf16 for memory (the engine computes in bf16 on a
-GPU), plus a margin for the KV cache and activations of a few thousand tokens. The hub ids were
-read on the hub's model pages and z-lab's README where ``seen`` says so; the others follow the
-makers' naming and are marked ``seen=""``. A pair's entry may pin a revision (``REPO@REVISION``).
+GPU), plus a margin for the KV cache and activations of a few thousand tokens. Each entry says
+where its hub ids were read (``seen``): z-lab's README gives both ids of the first pairs; the
+later drafts' ids are those of z-lab's hub pages, their targets' follow the makers' naming and
+were not confirmed. A pair's entry may pin a revision (``REPO@REVISION``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ FP8 = 1.0  # MiMo-V2.5 ships FP8 weights
 MEMORY_MARGIN = 1.10  # KV cache, activations and allocator slack on top of the weights
 MEMORY_FLOOR_BYTES = 1.0e9
 
-ZLAB_COLLECTION = "z-lab's DFlash collection on the hub"
-ZLAB_README = "z-lab/dflash README"
+ZLAB_README = "both ids as in z-lab's README"
+ZLAB_DRAFT_PAGE = "draft id as on z-lab's hub page; target id by the maker's naming, not confirmed"
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class PublishedPair:
     target_billions: float  # parameters
     draft_billions: float
     stored_bytes: float = BF16  # per target parameter as the hub stores it
-    seen: str = ""  # where both hub ids were read; "" = following the makers' naming, not confirmed
+    seen: str = ZLAB_DRAFT_PAGE  # where the hub ids were read
 
     @property
     def download_bytes(self) -> float:
@@ -49,9 +50,8 @@ class PublishedPair:
 
     def describe(self) -> str:
         """One line for the menu's details and the API: ids, download and memory (estimates)."""
-        confirmed = f"ids as on {self.seen}" if self.seen else "ids not confirmed on the hub"
         return (f"{self.target} + {self.draft}; download about {format_bytes(self.download_bytes)}, memory about "
-                f"{format_bytes(self.memory_bytes)} in bf16 (estimates); {confirmed}")
+                f"{format_bytes(self.memory_bytes)} in bf16 (estimates); {self.seen}")
 
 
 PUBLISHED_PAIRS: tuple[PublishedPair, ...] = (
@@ -62,7 +62,8 @@ PUBLISHED_PAIRS: tuple[PublishedPair, ...] = (
     PublishedPair("Qwen3-Coder-30B-A3B + z-lab DFlash", "Qwen/Qwen3-Coder-30B-A3B-Instruct",
                   "z-lab/Qwen3-Coder-30B-A3B-DFlash", 30.5, 0.5, seen=ZLAB_README),
     PublishedPair("Llama-3.1-8B-Instruct + z-lab DFlash", "meta-llama/Llama-3.1-8B-Instruct",
-                  "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat", 8.0, 1.0),
+                  "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat", 8.0, 1.0,
+                  seen="draft id as in z-lab's README; target id by Meta's naming (a gated repository)"),
     PublishedPair("gpt-oss-20b + z-lab DFlash", "openai/gpt-oss-20b", "z-lab/gpt-oss-20b-DFlash", 20.9, 0.8,
                   stored_bytes=MXFP4, seen=ZLAB_README),
     PublishedPair("gpt-oss-120b + z-lab DFlash", "openai/gpt-oss-120b", "z-lab/gpt-oss-120b-DFlash", 116.8, 0.8,
@@ -78,7 +79,8 @@ PUBLISHED_PAIRS: tuple[PublishedPair, ...] = (
     PublishedPair("Qwen3.6-35B-A3B + z-lab DFlash", "Qwen/Qwen3.6-35B-A3B", "z-lab/Qwen3.6-35B-A3B-DFlash",
                   35.0, 0.5),
     PublishedPair("MiMo-V2.5 + its own DFlash", "XiaomiMiMo/MiMo-V2.5-DFlash", "XiaomiMiMo/MiMo-V2.5-DFlash/dflash",
-                  311.0, 1.0, stored_bytes=FP8),
+                  311.0, 1.0, stored_bytes=FP8, seen="repository as on the hub; its dflash/ folder as in a "
+                  "third-party copy of its config, not confirmed"),
 )
 
 

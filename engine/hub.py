@@ -53,13 +53,6 @@ class HubRef:
         return f"{text}@{self.revision}" if self.revision else text
 
 
-def looks_like_hub_ref(source: str) -> bool:
-    """``owner/name...`` rather than a path (a path starts with '.', '/' or '~', or names a
-    single folder)."""
-    text = source.strip()
-    return "/" in text.strip("/") and not text.startswith((".", "/", "~", "\\")) and ":" not in text.split("@")[0]
-
-
 def parse_hub_ref(source: str) -> HubRef:
     """``owner/name``, ``owner/name/subfolder`` (MiMo's ``dflash/``), each optionally ``@revision``
     (``REPO@REVISION`` pins a branch, tag or commit; a revision may hold '/', as ``refs/pr/3``)."""

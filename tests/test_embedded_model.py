@@ -1,5 +1,6 @@
-"""The shipped tiny coder: loads by default, DFlash reproduces the naive reference (token ids AND
-per-cycle acceptance lengths) with real acceptance, and the CLI's default path works."""
+"""The default shipped pair (tiny-coder, the one that answers requests): loads by default, DFlash
+reproduces the naive reference (token ids AND per-cycle acceptance lengths) with real acceptance,
+the CLI's default path works, and the chat's example requests get fitting functions."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def test_embedded_pair_matches_naive_reference(engine, block_size):
     assert finished.mean_acceptance_length > 1.5  # the trained draft really drafts
 
 
-def test_default_generate_json_uses_the_embedded_pair(capsys):
+def test_default_generate_json_uses_the_default_pair(capsys):
     assert main(["generate", "--max-new-tokens", "24", "--json", "Write a function that reverses a string."]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["model"] == "tiny-coder"
@@ -64,3 +65,18 @@ def test_replayed_acceptance_reproduces_the_engine_at_every_fixed_block(engine):
         assert list(finished.token_ids) == reply
         assert replay(runs, FixedPolicy(block), costs).taus == finished.acceptance_lengths
     assert max(runs) == 7  # some blocks are fully accepted: the runs are not trivially short
+
+
+@pytest.mark.parametrize("index, word", [(0, "prime"), (1, "vowel"), (2, "reverse")])
+def test_the_chat_examples_get_a_fitting_function_from_the_default_pair(engine, index, word):
+    """The empty chat offers these requests to a newcomer: the default pair must answer each with
+    code that parses and defines a function named for the request (greedy, as the page sends them)."""
+    import ast
+
+    from ui.layout import EXAMPLE_REQUESTS
+
+    ids = engine.encode([{"role": "user", "content": EXAMPLE_REQUESTS[index]}])
+    finished = list(engine.generate(ids, SamplingConfig(max_new_tokens=128)))[-1]
+    tree = ast.parse(finished.text)
+    names = [node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)]
+    assert names and word in names[0], finished.text

@@ -24,6 +24,11 @@ from .teach import build_teach_tab
 
 HERE = Path(__file__).resolve().parent
 BROWSER_KEY = "dflash-studio-session"
+# Offered on an empty chat (a click sends one): requests the default pair answers with a fitting
+# function (tests/test_embedded_model.py checks that it still does).
+EXAMPLE_REQUESTS = ("Write a function that checks if a number is prime.",
+                    "Write a function that counts the vowels in a string.",
+                    "Write a function that reverses a string.")
 # Esc stops the reply being generated (as in text-generation-webui).
 KEYBOARD_JS = """
 () => {
@@ -111,6 +116,7 @@ def _conversation_column(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) ->
         with gr.Tab("Chat", elem_id="chat-tab") as c.chat_tab:
             c.chat = gr.Chatbot(elem_id="chat", height=430, editable="user", buttons=["copy", "copy_all"],
                                 show_label=False, feedback_options=None,
+                                examples=[{"text": text} for text in EXAMPLE_REQUESTS],
                                 placeholder="Ask the local coder for some code. Replies stream one verified block at a time.")
             with gr.Row(equal_height=True):
                 c.chat_input = gr.Textbox(placeholder="Ask for code…  (Enter sends, Shift+Enter adds a line)",
@@ -202,6 +208,12 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
         sent.wrap(partial(h.submit_prompt, ctx)), [c.session, c.chat_input, *c.controls, c.pending_send],
         sent.components, api_name="send")
     then_respond(sent_event, api_name="respond")
+
+    def use_example(evt: gr.SelectData):  # an example is sent as if typed and sent
+        return evt.value.get("text", "") if isinstance(evt.value, dict) else str(evt.value or "")
+
+    c.chat.example_select(use_example, None, c.chat_input, queue=False, api_visibility="undocumented").then(
+        None, None, None, js="() => { document.querySelector('#send')?.click(); }")
     gr.on([c.stop.click, c.complete_stop.click], partial(h.stop, ctx), [c.session], None, queue=False,
           api_name="stop")
     pending = outputs("chat", "msg_ids")

@@ -245,14 +245,12 @@ def test_delete_all_sessions_asks_first_then_empties_the_list(page, fake_app):
 
 
 def test_the_embedded_tiny_coder_streams_coloured_tokens(browser, tmp_path):
-    """The real engine on the embedded pair that ships in assets/models/tiny-coder."""
-    import os
-    from pathlib import Path
+    """The real engine on the default pair that ships in assets/ (tiny-coder, the one that answers)."""
+    from engine.shipped import DEFAULT_PAIR, pair_dirs
 
-    assets = Path(os.environ.get("DFLASH_STUDIO_ASSETS") or Path(__file__).resolve().parents[2] / "assets")
-    target, draft = assets / "models" / "tiny-coder" / "target", assets / "models" / "tiny-coder" / "draft"
+    target, draft = pair_dirs(DEFAULT_PAIR)
     if not (target / "config.json").is_file() or not (draft / "config.json").is_file():  # (checked before torch loads)
-        missing(f"the embedded tiny coder is missing ({target.parent}); it ships in assets/")
+        missing(f"the default tiny coder is missing ({target.parent}); it ships in assets/")
     from app.config import AppConfig
     from app.wiring import build_studio
 
@@ -271,6 +269,8 @@ def test_the_embedded_tiny_coder_streams_coloured_tokens(browser, tmp_path):
         page.wait_for_selector("#acceptance-chart .js-plotly-plot")
         reply = studio.store.get_messages(studio.store.list_sessions()[0]["id"])[-1]
         assert reply["status"] == "complete" and reply["new_tokens"] > 0
+        assert reply["model"] == "tiny-coder" and "def " in reply["content"]  # the default pair answers the request
+        assert "tiny-coder" in page.locator("#model-status").inner_text()
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "main-screen-tiny-coder.png"), full_page=True)
         context.close()

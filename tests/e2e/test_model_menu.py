@@ -116,3 +116,24 @@ def test_a_model_change_mid_session_is_said_in_the_chat_and_keeps_each_history_a
     page.wait_for_selector("#chat .model-change")
     assert page.locator("#chat .model-change").count() == 1
     context.close()
+
+
+def test_an_empty_chat_offers_example_requests_and_a_click_sends_one(browser, two_models):
+    studio, coder, fast, url = two_models
+    from ui.layout import EXAMPLE_REQUESTS
+
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    page.goto(url)
+    page.wait_for_selector("#chat-input textarea:not([disabled])")
+    page.click("#new-session")
+    page.wait_for_function("!document.querySelector('#chat .message')")
+    example = page.locator("#chat button", has_text=EXAMPLE_REQUESTS[1])
+    assert page.locator("#chat button", has_text=EXAMPLE_REQUESTS[0]).count() == 1 and example.count() == 1
+    example.click()
+    wait_replies(page, 1)
+    session = studio.store.list_sessions(limit=1)[0]
+    assert studio.store.get_messages(session["id"])[0]["content"] == EXAMPLE_REQUESTS[1]
+    assert page.locator("#chat button", has_text=EXAMPLE_REQUESTS[0]).count() == 0  # gone once the chat has begun
+    context.close()

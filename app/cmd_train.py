@@ -74,6 +74,7 @@ def run_draft(args) -> int:
         eval_sequences=args.eval_sequences, dtype=args.dtype, device=args.device,
         cache_features_gb=args.cache_features_gb, min_prompt_tokens=args.min_prompt_tokens,
         init_from=str(args.init) if args.init else None, trim_loops=args.trim_loops,
+        intermediate_size=args.intermediate_size,
     )
     train_draft(args.out, args.target, work=args.work, corpus=args.corpus,
                 prompts_file=args.prompts, cfg=cfg, budget=_budget(args), seed=args.seed,
@@ -84,6 +85,8 @@ def run_draft(args) -> int:
 def run_eval(args) -> int:
     import json
 
+    if args.pass1:
+        return run_pass1(args)
     from engine.loading import assets_dir, embedded_pair
     from engine.training.evaluate import evaluate_target
 
@@ -100,6 +103,82 @@ def run_eval(args) -> int:
     else:
         print(format_eval_summary(summary))
     return 0
+
+
+def pass1_pairs(args) -> list[tuple[str, str, str | None]]:
+    """(label, target, draft) to score: the pair given, else every pair shipped in assets/models."""
+    from engine.loading import assets_dir
+
+    if args.target or args.draft:
+        from engine.loading import embedded_pair
+
+        target = args.target or embedded_pair()[0]
+        return [(Path(target).parent.name if Path(target).name == "target" else str(target), str(target),
+                 str(args.draft) if args.draft else None)]
+    return [(pair.name, str(pair / "target"), str(pair / "draft"))
+            for pair in sorted((assets_dir() / "models").iterdir())
+            if (pair / "target").is_dir() and (pair / "draft").is_dir()]
+
+
+def run_pass1(args) -> int:
+    """`train eval --pass1`: pass@1 of each pair's greedy replies on requests with unit tests."""
+    import json
+    import time
+
+    from engine.config import EngineConfig
+    from engine.loading import assets_dir
+    from engine.runtime import Engine
+    from engine.training.pass1 import PASS1_FILE, SandboxLimits, pair_replies, read_tasks, score_pair
+
+    path = args.prompts or assets_dir() / "prompts" / PASS1_FILE
+    tasks = read_tasks(path)
+    quiet = (lambda _line: None) if args.json else print
+    reports = []
+    for label, target, draft in pass1_pairs(args):
+        engine = Engine.load(EngineConfig(target=target, draft=draft, device=args.device, threads=args.threads,
+                                          speculative=draft is not None))
+        start = time.time()
+        replies = pair_replies(engine, tasks, args.max_new_tokens, followups=not args.no_followups,
+                               compare_plain=args.compare_plain, log=quiet)
+        seconds = time.time() - start
+        report = score_pair(tasks, replies, SandboxLimits(), log=quiet)
+        reports.append({"pair": label, "target": target, "draft": draft, "prompts": str(path),
+                        "block_size": engine.block_size, "max_new_tokens": args.max_new_tokens,
+                        "generation_seconds": round(seconds, 1), **report})
+        if not args.json:
+            print(format_pass1_summary(reports[-1]))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(reports, indent=2) + "\n")
+    if args.json:
+        print(json.dumps([{k: v for k, v in r.items() if k != "replies"} for r in reports]))
+    return 0
+
+
+def _counts(t: dict, cut: bool = False) -> str:
+    strict, lenient = (t["cut_strict"], t["cut_lenient"]) if cut else (t["strict"], t["lenient"])
+    pct = (lambda k: f"{100.0 * k / t['n']:.1f} %") if t["n"] else (lambda k: "-")
+    return f"strict {strict}/{t['n']} ({pct(strict)}), lenient {lenient}/{t['n']} ({pct(lenient)})"
+
+
+def format_pass1_summary(r: dict) -> str:
+    lines = [
+        f"pair {r['pair']}: greedy, block {r['block_size']}, up to {r['max_new_tokens']} new tokens, "
+        f"{r['alone']['n']} requests from {r['prompts']}, generated in {r['generation_seconds']} s"
+        + (f", mean τ {r['mean_tau']:.2f}" if r.get("mean_tau") else "")
+        + (f", identical to plain decoding {r['identical']}" if r.get("identical") else ""),
+        f"  pass@1, each request alone: {_counts(r['alone'])}",
+        f"    cut after the reply's first definition: {_counts(r['alone'], cut=True)}",
+        f"    tasks the training data covers in other words: {_counts(r['alone_trained_topic'])}; "
+        f"others: {_counts(r['alone_other_topic'])}",
+    ]
+    if r["followups"]["n"]:
+        turns = " · ".join(f"turn {t}: {_counts(c)}" for t, c in r["followups_by_turn"].items())
+        lines += [f"  pass@1, follow-ups in one chat: {_counts(r['followups'])} ({turns})",
+                  f"    the same requests alone: {_counts(r['followup_requests_alone'])}",
+                  f"    cut after the first definition: {_counts(r['followups'], cut=True)}"]
+    lines.append("  strict: the function must have the expected name; lenient: or be the only one the reply defines")
+    return "\n".join(lines)
 
 
 def run_proposals(args) -> int:
@@ -201,6 +280,9 @@ def _register_draft(sub) -> None:
                         'fewer of those and more code prefixes, in more shapes (imports above a def, bare '
                         'signatures, methods under their class)')
     p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--intermediate-size", type=int, default=None,
+                   help="the draft's MLP width (default: the target's); its hidden size is the target's, "
+                        "whose embedding and head it shares")
     p.add_argument("--block-size", type=int, default=8)
     p.add_argument("--gamma", type=float, default=None, help="loss decay (default: 4 for B=8, 7 for 16)")
     p.add_argument("--target-layer-ids", type=lambda s: [int(x) for x in s.split(",")], default=None)
@@ -261,12 +343,23 @@ def _register_proposals(sub) -> None:
 
 
 def _register_eval(sub) -> None:
-    p = sub.add_parser("eval", help="score a target's greedy replies to coding requests (held-out set)")
+    p = sub.add_parser("eval", help="score a target's greedy replies to coding requests (held-out set), "
+                                    "or pass@1 on requests with unit tests (--pass1)")
     p.add_argument("--target", type=Path, default=None, help="target directory (default: the embedded one)")
     p.add_argument("--prompts", type=Path, default=None,
-                   help="JSONL prompts (default: assets/prompts/heldout_requests.jsonl, never trained on)")
+                   help="JSONL prompts (default: assets/prompts/heldout_requests.jsonl, never trained on; "
+                        "with --pass1: assets/prompts/requests_pass1.jsonl)")
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", type=Path, default=None, help="write the full report (every reply) as JSON")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--pass1", action="store_true",
+                   help="pass@1 instead: run each greedy reply's code against the unit tests of "
+                        "assets/prompts/requests_pass1.jsonl (in a sandboxed child Python), for each request alone "
+                        "and as follow-ups in one chat; for the pair given by --target/--draft, else every shipped pair")
+    p.add_argument("--draft", type=Path, default=None, help="with --pass1: the pair's draft (DFlash decoding)")
+    p.add_argument("--device", default=None, help="with --pass1: cpu, cuda … (default: cuda if available)")
+    p.add_argument("--no-followups", action="store_true", help="with --pass1: each request alone only")
+    p.add_argument("--compare-plain", action="store_true",
+                   help="with --pass1: also decode every request without the draft and count identical replies")
     p.set_defaults(func=run_eval)

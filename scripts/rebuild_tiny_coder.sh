@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Rebuild both shipped pairs from scratch on a CPU: the embedded tiny coder (assets/models/tiny-coder,
-# about 11 hours on 2 cores) and, from its target and draft, the pair that answers requests
-# (assets/models/tiny-coder-requests, about 6.5 hours more). Every step resumes from its
-# --work checkpoint, so rerun this script after an interruption. Run it in the background:
+# Rebuild both shipped pairs from scratch on a CPU, ending with the default one:
+#   tiny-coder-fast (assets/models/tiny-coder): the speed demo, high acceptance, does not answer
+#     requests; about 11 hours on 2 cores;
+#   tiny-coder (assets/models/tiny-coder-requests): the default, answers simple requests; built
+#     from the first pair's target and draft, about 6.5 hours more.
+# (The folders keep the names they were built under; engine/shipped.py names the pairs.) Every
+# step resumes from its --work checkpoint, so rerun this script after an interruption. Run it in
+# the background:
 #   nohup bash scripts/rebuild_tiny_coder.sh > runs/rebuild.log 2>&1 &
 # The budgets are wall-clock: on a busy machine the same flags train fewer tokens.
 set -euo pipefail
@@ -54,9 +58,10 @@ mkdir -p assets/models/tiny-coder/target assets/models/tiny-coder/draft
 cp runs/target_ul/model/* assets/models/tiny-coder/target/
 cp runs/draft8/model/* assets/models/tiny-coder/draft/
 cap_proposals assets/models/tiny-coder/draft/config.json
-dflash-studio bench --no-fallback   # greedy, block 8, the shipped prompt set
+dflash-studio bench --target assets/models/tiny-coder/target --draft assets/models/tiny-coder/draft \
+    --no-fallback   # the speed demo: greedy, block 8, the shipped prompt set
 
-# ---- tiny-coder-requests (assets/models/tiny-coder-requests/README.md): the target that answers ----
+# ---- the default pair, tiny-coder (assets/models/tiny-coder-requests/README.md): the target that answers ----
 # every layer of the anti-loop target fine-tuned on request -> code pairs with invented names (--data copy)
 dflash-studio train target --init runs/target_ul/model --data copy --name-weight 3 --lr 8e-4 \
     --chat-fraction 0.75 --batch-size 8 --threads 2 --max-minutes 62 --checkpoint-minutes 8 --seed 24 \
@@ -89,7 +94,7 @@ cp runs/requests/draft4/model/* assets/models/tiny-coder-requests/draft/
 dflash-studio train proposals --target assets/models/tiny-coder-requests/target \
     --draft assets/models/tiny-coder-requests/draft --prompts requests-wide --num-sequences 1200 --seed 77 \
     --threads 2 --work runs/requests/proposals
+# the default pair, as the app, generate and bench run it with no --target
 dflash-studio train eval --target assets/models/tiny-coder-requests/target \
     --prompts assets/prompts/fresh_requests.jsonl --max-new-tokens 96   # parse / on-topic rates
-dflash-studio bench --target assets/models/tiny-coder-requests/target --draft assets/models/tiny-coder-requests/draft \
-    --prompts assets/prompts/unseen.jsonl --no-fallback
+dflash-studio bench --prompts assets/prompts/unseen.jsonl --no-fallback

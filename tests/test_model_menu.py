@@ -99,3 +99,20 @@ def test_each_model_is_sent_only_its_own_turns():
     assert set(notices) == {4, None}
     assert "tiny-coder-fast → <b>tiny-coder</b>" in notices[4] and "1 earlier turn " in notices[4]
     assert "tiny-coder → <b>tiny-coder-fast</b>" in notices[None]
+
+
+def test_the_rebuild_script_ends_with_the_default_pair():
+    """scripts/rebuild_tiny_coder.sh builds the speed demo first, then the default pair into its
+    folder, and its last command runs the default (no --target), as the app does; a bench with no
+    --target before that would measure a pair not yet rebuilt."""
+    from pathlib import Path
+
+    from engine.shipped import DEFAULT_PAIR, SHIPPED_PAIRS
+
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "rebuild_tiny_coder.sh").read_text().replace("\\\n", " ")
+    commands = [line.split("#")[0].split() for line in script.splitlines() if line.strip().startswith("dflash-studio ")]
+    copies = [line.split()[-1] for line in script.splitlines() if line.startswith("cp ")]
+    assert copies[-1].startswith(f"assets/models/{DEFAULT_PAIR.folder}/")
+    assert {f"assets/models/{pair.folder}/target/" for pair in SHIPPED_PAIRS} <= set(copies)
+    assert commands[-1][:2] == ["dflash-studio", "bench"] and "--target" not in commands[-1]
+    assert all("--target" in command for command in commands[:-1] if command[1] == "bench")

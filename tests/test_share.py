@@ -193,7 +193,7 @@ def test_compare_is_kept_with_the_reply_and_the_page_races_it(store):
     assert [s[1] for s in plain] == list(range(1, len(plain) + 1))  # plain decoding: one token per step
     assert all(a[0] <= b[0] for a, b in zip(plain, plain[1:]))  # the clock only goes forward
     assert len(fast) < len(plain) and fast[-1][0] < plain[-1][0]  # fewer, faster steps: DFlash finishes first
-    assert "Compare's plain run" in doc["speed_source"]
+    assert "Compare's back-to-back runs" in doc["speed_source"]  # both times measured at the same moment
     assert doc["frames"][-1]["speed"] > 1
     page = Page(replay_html(load_share(store, session_id)))
     assert page.first("section", id="rp-race")["data-identical"] == "true"

@@ -200,6 +200,11 @@ def cycle_costs(trace: ReplyTrace, comparison: Comparison | None) -> Speed:
         (start, first), (end, last) = comparison.plain.timeline[0], comparison.plain.timeline[-1]
         if last > first and end > start:
             plain_ms, source = (end - start) / (last - first), "a plain step's time measured by Compare's plain run"
+    if plain_ms is not None:
+        rerun = _rerun_cycle_ms(comparison, trace.cycles)
+        if rerun is not None:  # the DFlash re-run made the same cycles right after the plain run: same moment
+            return Speed([ms / plain_ms for ms in rerun], "Compare's back-to-back runs (plain decoding's step "
+                                                          "time against the DFlash re-run's cycle times)")
     if plain_ms is None:
         plain = [ms for ms, b in zip(trace.cycle_ms, trace.block_sizes) if b == 1]
         if plain:
@@ -210,6 +215,15 @@ def cycle_costs(trace: ReplyTrace, comparison: Comparison | None) -> Speed:
             plain_ms = sum(verify) / len(verify) / VERIFY_STEPS_PRIOR
             source = f"an estimate: a plain step ≈ a block-{biggest} cycle ÷ {VERIFY_STEPS_PRIOR:g} (not measured)"
     return Speed([ms / plain_ms if plain_ms > 0 else None for ms in trace.cycle_ms], source)
+
+
+def _rerun_cycle_ms(comparison: Comparison, cycles: int) -> list[float] | None:
+    """Each cycle's time in Compare's DFlash re-run, when it made as many cycles as the reply."""
+    rerun = comparison.dflash
+    if rerun is None or rerun.error or len(rerun.timeline) != cycles + 1 or rerun.text != comparison.stored.text:
+        return None
+    times = [ms for ms, _ in rerun.timeline]
+    return [b - a for a, b in zip(times, times[1:])]
 
 
 # ============================================================================ the document

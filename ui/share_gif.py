@@ -2,7 +2,7 @@
 
 ``replay_gif(doc)`` draws one frame per cycle of a ``replay_document``: the block's slots with
 the target's verdicts, the reply so far with each token's origin, τ per cycle and the speed so
-far, and the caption; the last frame holds. Origins show by shape as well as colour (accepted
+far, and the caption (rejected drafts struck through in the cycle shown); the last frame holds. Origins show by shape as well as colour (accepted
 underlined, the target's own tokens boxed, rejected struck through). At most ``MAX_WIDTH``
 pixels wide; a reply whose GIF would pass ``MAX_BYTES`` keeps every n-th cycle (the text is
 cumulative, so no token is lost, only in-between frames).
@@ -198,7 +198,10 @@ def _chart(draw, fonts: Fonts, frames: list[dict], shown: int, box: tuple[int, i
 
 
 def _frame_tokens(frames: list[dict], shown: int) -> list[tuple[str, str, bool]]:
-    return [(t[0], t[1], k == shown and k > 0) for k in range(shown + 1) for t in frames[k]["tok"]]
+    """The reply so far; rejected drafts only for the cycle shown (a GIF cannot hide them on demand,
+    and earlier ones would bury the text the target kept)."""
+    return [(t[0], t[1], k == shown and k > 0) for k in range(shown + 1) for t in frames[k]["tok"]
+            if t[1] != "rejected" or k == shown]
 
 
 def draw_frame(doc: dict, shown: int, fonts: Fonts) -> Image.Image:
@@ -261,7 +264,7 @@ def render_gif(doc: dict, every: int = 1) -> bytes:
         durations.append(FIRST_MS if k == 0 else (HOLD_MS if k == last else CYCLE_MS))
     buffer = io.BytesIO()
     images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], duration=durations, loop=0,
-                   optimize=False, disposal=1)
+                   optimize=True, disposal=1)
     return buffer.getvalue()
 
 

@@ -177,7 +177,6 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
 
     view = outputs(*h.SESSION_VIEW)
     streamed = outputs(*h.STREAMED)
-    model_status = outputs(*h.MODEL_STATUS)
     engine_queue = {"concurrency_limit": 1, "concurrency_id": "engine"}  # one engine: others wait, see their position
 
     def then_respond(event, api_name=None, to_editor=False):
@@ -191,12 +190,7 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
 
     loaded = outputs(*h.SESSION_VIEW, "chat_input", "page")
     demo.load(loaded.wrap(on_load), [c.remembered], loaded.components, api_name="load_session")
-    for trigger in (demo.load, c.timer.tick):
-        trigger(model_status.wrap(partial(h.poll_model, ctx)), [c.model], model_status.components,
-                api_visibility="undocumented")
-    # the header follows the engine (a model an API request switched to, a load that Send queued)
-    c.live.tick(partial(h.model_status_html, ctx), [c.model], c.model_status, api_visibility="undocumented",
-                show_progress="hidden")
+    _wire_model(ctx, demo, c, outputs)
     live = outputs(*h.LIVE)
     c.live.tick(live.wrap(partial(h.live_refresh, ctx)), [c.session, c.search, c.live_seen, c.streaming], live.components,
                 api_visibility="undocumented", show_progress="hidden")
@@ -208,12 +202,8 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
         sent.wrap(partial(h.submit_prompt, ctx)), [c.session, c.chat_input, *c.controls, c.pending_send],
         sent.components, api_name="send")
     then_respond(sent_event, api_name="respond")
-
-    def use_example(evt: gr.SelectData):  # an example is sent as if typed and sent
-        return evt.value.get("text", "") if isinstance(evt.value, dict) else str(evt.value or "")
-
     c.chat.example_select(use_example, None, c.chat_input, queue=False, api_visibility="undocumented").then(
-        None, None, None, js="() => { document.querySelector('#send')?.click(); }")
+        None, None, None, js="() => { document.querySelector('#send')?.click(); }")  # sent as if typed
     gr.on([c.stop.click, c.complete_stop.click], partial(h.stop, ctx), [c.session], None, queue=False,
           api_name="stop")
     pending = outputs("chat", "msg_ids")
@@ -253,6 +243,22 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
           api_visibility="undocumented")
     c.show_rejected.change(None, [c.show_rejected], None, js=SHOW_REJECTED_JS)
     _wire_defaults_and_tabs(ctx, c, outputs)
+
+
+def use_example(evt: gr.SelectData) -> str:
+    """The text of the example request clicked in the empty chat."""
+    return evt.value.get("text", "") if isinstance(evt.value, dict) else str(evt.value or "")
+
+
+def _wire_model(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace, outputs) -> None:
+    """The model menu and the header above the settings: both name the model of the session shown."""
+    model_status = outputs(*h.MODEL_STATUS)
+    for trigger in (demo.load, c.timer.tick):
+        trigger(model_status.wrap(partial(h.poll_model, ctx)), [c.model], model_status.components,
+                api_visibility="undocumented")
+    # the header follows the engine (a model an API request switched to, a load that Send queued)
+    c.live.tick(partial(h.model_status_html, ctx), [c.model], c.model_status, api_visibility="undocumented",
+                show_progress="hidden")
     picked = outputs("model", *h.MODEL_STATUS)
     c.model.input(picked.wrap(partial(h.pick_model, ctx)), [c.model, c.session], picked.components, api_name="pick_model")
 

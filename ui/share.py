@@ -85,11 +85,8 @@ def _pick_reply(messages: list[dict], session_id: int, seq: int | None, message_
 
 
 def _stored_comparison(store, message_id: int) -> dict | None:
-    getter = getattr(store, "get_comparison", None)
-    if getter is None:
-        return None
     try:
-        return getter(message_id)
+        return store.get_comparison(message_id)
     except STORE_ERRORS:
         return None
 

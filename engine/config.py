@@ -11,7 +11,7 @@ PROPOSALS = ("sample", "argmax")  # SamplingConfig.proposal
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Which models to load and where. ``None`` target/draft means the embedded tiny coder."""
+    """Which models to load and where. ``None`` target/draft means the default shipped pair (engine.shipped)."""
 
     target: str | None = None  # local directory or hub repo id
     draft: str | None = None  # local directory, hub repo id, or "repo/subfolder" (e.g. MiMo's dflash/)

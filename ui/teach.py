@@ -29,7 +29,8 @@ from .context import STORE_ERRORS, UIContext
 from .models import reply_model, stored_model
 from .named import Outputs, checked, refused
 from .render import esc
-from .teach_compare import Comparison, comparison_record, run_comparison, sampling_from_settings, stored_run
+from .teach_compare import (Comparison, comparison_record, rerun_settings, run_comparison,
+                            sampling_from_settings, stored_run)
 from .teach_render import TEACH_CSS, compare_html, explainer_html, step_html
 from .teach_share import build_share_controls, wire_share
 from .teach_steps import TeachStep, build_steps, reply_numbers, reply_prompt
@@ -288,11 +289,7 @@ def check_compare(ctx: UIContext, message_id) -> tuple[dict, list[dict], object,
     """Everything that can refuse a comparison, run first as an event of its own (``checked``):
     the reply, its cycles, its prompt, the settings to rerun it with and the tokens it produced."""
     message, cycles, prompt, raw = prepare_comparison(ctx, message_id)
-    settings = dict(message["settings"] or {})
-    stopped = message["status"] != "complete"
-    produced = 1 + sum(int(c.get("tau") or 0) for c in cycles) if cycles else message.get("new_tokens")
-    if stopped and produced:  # a stopped reply: compare the tokens it has
-        settings["max_new_tokens"] = int(produced)
+    settings, produced = rerun_settings(message, cycles)  # a stopped reply: compare the tokens it has
     try:
         sampling, _ = sampling_from_settings(settings)
         sampling.validate(max_block_size=ctx.defaults.max_block_size)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import random
 import sysconfig
 import textwrap
@@ -29,18 +30,20 @@ def list_source_files(root: Path | None = None, max_bytes: int = MAX_FILE_BYTES)
     (generated/table) files."""
     root = Path(root) if root else stdlib_root()
     out = []
-    for path in root.rglob("*.py"):
-        rel = path.relative_to(root)
-        if any(part in SKIP_DIRS or part.startswith("test_") for part in rel.parts[:-1]):
-            continue
-        if rel.name.startswith("test_"):
-            continue
-        try:
-            size = path.stat().st_size
-        except OSError:
-            continue
-        if 0 < size <= max_bytes:
-            out.append(path)
+    # skipped directories are never entered: the standard library's site-packages alone can
+    # hold 50,000 files (torch), which a glob would walk before dropping them
+    for folder, dirs, names in os.walk(root, followlinks=True):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith("test_")]
+        for name in names:
+            if not name.endswith(".py") or name.startswith("test_"):
+                continue
+            path = Path(folder) / name
+            try:
+                size = path.stat().st_size
+            except OSError:
+                continue
+            if 0 < size <= max_bytes:
+                out.append(path)
     return sorted(out)
 
 

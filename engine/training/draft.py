@@ -248,13 +248,18 @@ def build_prompts(tokenizer, corpus, n: int, cfg: DraftTrainConfig, seed: int, h
         if p not in file_ids:
             src = sources.get(p) or read_source(p)
             file_ids[p] = tokenizer(src, add_special_tokens=False)["input_ids"]
-            file_lines[p] = src.splitlines(keepends=True)
+            lines = src.splitlines(keepends=True)
+            # each line's token count, tokenized once per file (a 200,000-prompt pool asks for
+            # millions of line counts otherwise); a line alone tokenizes the same either way
+            counts = [len(ids) for ids in tokenizer(lines, add_special_tokens=False)["input_ids"]] if lines else []
+            file_lines[p] = (lines, counts)
         ids = file_ids[p]
         if len(ids) < cfg.min_prompt_tokens + 8:
             continue
         plen = rng.randint(cfg.min_prompt_tokens, min(cfg.prompt_tokens, len(ids) - 8))
         if rng.random() < LINE_ALIGNED_PREFIXES:
-            prefix = line_aligned_prefix(file_lines[p], tokenizer, plen, cfg.min_prompt_tokens, rng)
+            lines, counts = file_lines[p]
+            prefix = line_aligned_prefix(lines, tokenizer, plen, cfg.min_prompt_tokens, rng, line_counts=counts)
             if prefix:
                 out.append((prefix, "complete"))
             continue
@@ -271,15 +276,16 @@ _DEFINITION = re.compile(r"\s*(async\s+def|def|class)\s")
 
 
 def line_aligned_prefix(lines: list[str], tokenizer, max_tokens: int, min_tokens: int,
-                        rng: random.Random) -> list[int] | None:
+                        rng: random.Random, line_counts: list[int] | None = None) -> list[int] | None:
     """Whole lines from a def/class line (or any line), as many as fit in ``max_tokens``;
     None when fewer than ``min_tokens`` fit or there is nothing after them to continue."""
     definitions = [i for i, line in enumerate(lines) if _DEFINITION.match(line)]
     starts = definitions if definitions and rng.random() < 0.5 else range(len(lines))
     first = rng.choice(starts)
     text, count = "", 0
-    for line in lines[first:-1]:  # leave at least one line to continue into
-        n = len(tokenizer(line, add_special_tokens=False)["input_ids"])
+    for i in range(first, len(lines) - 1):  # leave at least one line to continue into
+        line = lines[i]
+        n = line_counts[i] if line_counts is not None else len(tokenizer(line, add_special_tokens=False)["input_ids"])
         if count + n > max_tokens:
             break
         text, count = text + line, count + n
@@ -355,6 +361,11 @@ class SequencePool:
         return pool
 
 
+# A pool is saved at most this often while it grows (and when it is done): saving a pool of
+# 200,000 sequences after every chunk would cost more than generating them on a GPU.
+POOL_SAVE_SECONDS = 60.0
+
+
 def fill_pool(pool: SequencePool, path: Path, target, tokenizer, prompts, cfg, stops, device,
               deadline: float | None, log, jlog, bar_desc: str, progress: bool = True) -> None:
     """Generate until every prompt has a sequence (resuming after the ones already in the pool)
@@ -363,6 +374,7 @@ def fill_pool(pool: SequencePool, path: Path, target, tokenizer, prompts, cfg, s
     if not todo:
         return
     t0, tokens_before = time.time(), pool.new_tokens()
+    saved = float("-inf")  # the first chunk is saved at once: a resume then has something
     bar = Progress(bar_desc, enabled=progress, initial=len(pool) / max(1, len(prompts)))
     governor = ThreadGovernor(torch.get_num_threads(), period=2, probe_every=4) if device.type == "cpu" else None
     for i in range(0, len(todo), cfg.gen_batch):
@@ -378,9 +390,12 @@ def fill_pool(pool: SequencePool, path: Path, target, tokenizer, prompts, cfg, s
             if cfg.trim_loops:
                 s = s[: len(p) + trim_repetition(s[len(p):])]
             pool.add(s, len(p), kind)
-        pool.save(path)
+        if time.time() - saved >= POOL_SAVE_SECONDS:
+            pool.save(path)
+            saved = time.time()
         dt = time.time() - t0
         bar.update(len(pool) / len(prompts), seqs=len(pool), new_tok_s=f"{(pool.new_tokens() - tokens_before) / max(dt, 1e-6):.0f}")
+    pool.save(path)
     bar.close()
     jlog.write("generate", what=bar_desc, sequences=len(pool), new_tokens=pool.new_tokens(),
                seconds=round(time.time() - t0, 1))

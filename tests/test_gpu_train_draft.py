@@ -1,0 +1,61 @@
+"""scripts/gpu_train_draft.sh at toy scale on the CPU (--tiny): every step the GPU run takes
+(regenerate the answering target's replies, distil a larger draft from the shipped one, propose
+from the ids the target writes most, compare both drafts with `bench --json`) runs, and the new
+draft loads and decodes greedily exactly as plain decoding does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_train_draft.sh"
+PAIR = ROOT / "assets" / "models" / "tiny-coder-requests"
+
+pytestmark = pytest.mark.skipif(not (PAIR / "draft").is_dir(), reason="the answering pair is not shipped here")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_draft")
+    env = dict(os.environ, OUT=str(out))
+    done = subprocess.run(["bash", str(SCRIPT), "--tiny"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out, done.stdout
+
+
+def test_the_tiny_run_regenerates_distils_a_larger_draft_and_compares_it(tiny_run):
+    out, stdout = tiny_run
+    meta = json.loads((out / "draft" / "training_meta.json").read_text())
+    assert meta["train_sequences"] == 24 and meta["steps"] == 3
+    config = json.loads((out / "draft" / "config.json").read_text())
+    shipped = json.loads((PAIR / "draft" / "config.json").read_text())
+    assert config["num_hidden_layers"] == 3 > shipped["num_hidden_layers"]  # larger than the shipped draft
+    assert len(config["dflash_config"]["proposal_ids"]) == 256  # `train proposals` ran on the new pool
+    verdict = json.loads((out / "compare.json").read_text())
+    assert verdict["replies"] == verdict["replies_asked"] == 24
+    assert verdict["identical"] and verdict["new"]["identical"] == verdict["new"]["prompts"] == 2
+    assert verdict["shipped"]["identical"] == 2
+    assert ("does not beat" in stdout) != verdict["beats_shipped"]
+
+
+def test_the_new_draft_loads_and_its_greedy_output_is_plain_decoding(tiny_run):
+    from engine.config import EngineConfig, SamplingConfig
+    from engine.events import Finished
+    from engine.runtime import Engine
+
+    out, _ = tiny_run
+    engine = Engine.load(EngineConfig(target=str(PAIR / "target"), draft=str(out / "draft"), device="cpu"))
+    assert engine.speculative and engine.block_size == 8
+    sampling = SamplingConfig(max_new_tokens=40, temperature=0.0).validate()
+    for prompt in ("Write a function that checks if a number is prime.", "def merge(a, b):"):
+        ids = engine.encode(prompt, raw=prompt.startswith("def "))
+        runs = [[e for e in engine.generate(ids, sampling, None, slot_details=False, speculative=spec)
+                 if isinstance(e, Finished)][0] for spec in (True, False)]
+        assert runs[0].token_ids == runs[1].token_ids
+        assert len(runs[0].acceptance_lengths) < len(runs[1].acceptance_lengths)  # it did draft

@@ -59,3 +59,33 @@ def test_the_new_draft_loads_and_its_greedy_output_is_plain_decoding(tiny_run):
                  if isinstance(e, Finished)][0] for spec in (True, False)]
         assert runs[0].token_ids == runs[1].token_ids
         assert len(runs[0].acceptance_lengths) < len(runs[1].acceptance_lengths)  # it did draft
+
+
+# ---------------------------------------------------------------- what a 200,000-reply pool needs
+
+
+def test_line_counts_counted_once_per_file_give_the_same_prefixes():
+    import random
+
+    from transformers import AutoTokenizer
+
+    from engine.training.draft import line_aligned_prefix
+
+    tokenizer = AutoTokenizer.from_pretrained(str(PAIR / "target"))
+    lines = (ROOT / "engine" / "training" / "pass1.py").read_text().splitlines(keepends=True)
+    counts = [len(ids) for ids in tokenizer(lines, add_special_tokens=False)["input_ids"]]
+    for seed in range(20):
+        alone = line_aligned_prefix(lines, tokenizer, 96, 16, random.Random(seed))
+        counted = line_aligned_prefix(lines, tokenizer, 96, 16, random.Random(seed), line_counts=counts)
+        assert alone == counted
+
+
+def test_corpus_listing_never_enters_skipped_folders(tmp_path):
+    from engine.training.corpus import list_source_files
+
+    for rel in ("ok.py", "pkg/mod.py", "site-packages/big/x.py", "tests/t.py", "pkg/test_data/y.py",
+                "pkg/test_mod.py", "pkg/notes.txt", "pkg/__pycache__/mod.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+    (tmp_path / "empty.py").write_text("")
+    assert [p.relative_to(tmp_path).as_posix() for p in list_source_files(tmp_path)] == ["ok.py", "pkg/mod.py"]

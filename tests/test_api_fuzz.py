@@ -3,7 +3,7 @@
 (negative: wrong types, missing fields, out-of-range values), sent over real HTTP to a running
 server (FakeEngine). Every answer must be a non-5xx; every error must have OpenAI's shape.
 
-    DFLASH_API_FUZZ_CASES=5000 python -m pytest tests/test_api_fuzz.py -q -s   # the README's figure
+    DFLASH_API_FUZZ_CASES=3000 python3 -m pytest tests/test_api_fuzz.py -q -s   # docs/reliability.md's figure
 """
 
 from __future__ import annotations

@@ -106,18 +106,18 @@ def run_eval(args) -> int:
 
 
 def pass1_pairs(args) -> list[tuple[str, str, str | None]]:
-    """(label, target, draft) to score: the pair given, else every pair shipped in assets/models."""
-    from engine.loading import assets_dir
+    """(name, target, draft) to score: the pair given, else every shipped pair (by the names
+    the app's menu shows)."""
+    from engine.shipped import SHIPPED_PAIRS, pair_dirs, pair_name
 
     if args.target or args.draft:
         from engine.loading import embedded_pair
 
         target = args.target or embedded_pair()[0]
-        return [(Path(target).parent.name if Path(target).name == "target" else str(target), str(target),
-                 str(args.draft) if args.draft else None)]
-    return [(pair.name, str(pair / "target"), str(pair / "draft"))
-            for pair in sorted((assets_dir() / "models").iterdir())
-            if (pair / "target").is_dir() and (pair / "draft").is_dir()]
+        draft = str(args.draft) if args.draft else None
+        return [(pair_name(target, draft), str(target), draft)]
+    return [(pair.name, str(target), str(draft)) for pair in SHIPPED_PAIRS
+            for target, draft in [pair_dirs(pair)] if target.is_dir() and draft.is_dir()]
 
 
 def run_pass1(args) -> int:

@@ -81,7 +81,7 @@ def test_engine_options_become_a_vllm_config_and_a_catalog():
     from app.cli import build_parser
     from app.cmd_serve import app_config
     from app.options import vllm_config
-    from app.wiring import model_catalog
+    from app.wiring import available_models
 
     args = build_parser().parse_args([
         "generate", "--engine", "vllm", "--engine-url", "http://gpu-box:8000/v1", "--engine-api-key", "k",
@@ -97,7 +97,7 @@ def test_engine_options_become_a_vllm_config_and_a_catalog():
     serve = app_config(build_parser().parse_args(["serve", "--no-browser", "--engine", "vllm", "--engine-url",
                                                    "http://127.0.0.1:8000"]))
     assert serve.vllm.url == "http://127.0.0.1:8000"
-    assert [c.key for c in model_catalog(serve)] == ["vLLM at http://127.0.0.1:8000"]
+    assert [c.key for c in available_models(serve)] == ["vLLM at http://127.0.0.1:8000"]
 
 
 def test_a_stored_vllm_reply_says_what_vllm_does_not_report():

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .decode import clock, crop_cache, new_target_cache
+from .decode import clock
+from .target_cache import TargetCache
 from .fallback import interpolate
 from .features import FeatureCapture
 
@@ -61,10 +62,11 @@ def measure(models, context: int = 128, sizes=(1, 2, 4, 8, 16), repeats: int = 2
     capture = FeatureCapture(target, draft.target_layer_ids).attach() if draft is not None else None
     verify = {b: [] for b in sizes}
     drafted = {b: [] for b in sizes if b > 1 and draft is not None}
+    cache = TargetCache(target)
     try:
         with torch.inference_mode():
-            cache = new_target_cache(target)
-            target(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            target(input_ids=prompt, past_key_values=cache.cache, use_cache=True, logits_to_keep=1)
+            cache.commit(context)
             features = capture.take() if capture else None
             for _ in range(repeats + 2):
                 for b in sizes:
@@ -72,6 +74,7 @@ def measure(models, context: int = 128, sizes=(1, 2, 4, 8, 16), repeats: int = 2
                 for b in drafted:
                     drafted[b].append(_time_draft(target, draft, prompt, features, b))
     finally:
+        cache.close()
         if capture:
             capture.detach()
     return CycleCosts(context, {b: _median_ms(t) for b, t in verify.items()},
@@ -83,13 +86,17 @@ def _median_ms(times: list[float]) -> float:
 
 
 def _time_verify(target, cache, capture, prompt, size: int) -> float:
-    """Seconds of one target forward over ``size`` tokens after the context (then cropped)."""
+    """Seconds of one target forward over ``size`` tokens after the context, with the rollback
+    that puts the cache back at the context (for linear-attention targets: restoring their
+    states; recomputing them over accepted tokens is not included)."""
     device, context = prompt.device, prompt.shape[1]
     t0 = clock(device)
+    if size > 1:
+        cache.before_verify()
     target(input_ids=prompt[:, :size], position_ids=torch.arange(context, context + size, device=device)[None],
-           past_key_values=cache, use_cache=True)
+           past_key_values=cache.cache, use_cache=True)
+    cache.commit(context)
     elapsed = clock(device) - t0
-    crop_cache(cache, context)
     if capture:
         capture.take()
     return elapsed
@@ -97,7 +104,7 @@ def _time_verify(target, cache, capture, prompt, size: int) -> float:
 
 def _time_draft(target, draft, prompt, features, size: int) -> float:
     """Seconds of one draft pass as the decode loop runs it: the new context's K/V, a full
-    trained block of masks (smaller blocks verify only their first slots), logits and argmax
+    trained block of masks (smaller blocks verify only their first slots), logits and proposals
     of ``size - 1`` slots. The draft's context cache is filled first (not timed)."""
     device, context = prompt.device, prompt.shape[1]
     embeddings = target.get_input_embeddings()
@@ -109,5 +116,5 @@ def _time_draft(target, draft, prompt, features, size: int) -> float:
     t0 = clock(device)
     hidden = draft(draft.embed(embeddings, ids), features[:, -size:],
                    torch.arange(context - size, context + width, device=device)[None], cache=draft_cache)
-    draft.proposal_logits(hidden[0, 1:size], target.get_output_embeddings()).argmax(-1).tolist()
+    draft.draft_tokens(hidden[0, 1:size], 0, target.get_output_embeddings())
     return clock(device) - t0

@@ -16,7 +16,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
 
 from .acceptance import AcceptanceCounts
 from .config import FallbackConfig, SamplingConfig
@@ -27,6 +26,7 @@ from .events import Cycle, DraftSlot, Event, Failed, Finished, Started
 from .fallback import MemorySlot, make_policy
 from .features import FeatureCapture
 from .sampling import draw, leading_matches, sample, sampling_probs, speculative_accept
+from .target_cache import TargetCache
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, 
     policy = make_policy(fallback, max_block if speculative else 1, memory.memory if memory else None)
     chooser = TokenChooser(sampling, device)
     detok = IncrementalDetokenizer(tokenizer, prompt_ids) if tokenizer is not None else None
-    cache = new_target_cache(target)
+    cache = TargetCache(target)
     capture = FeatureCapture(target, draft.target_layer_ids).attach() if speculative else None
     draft_cache = draft.new_cache() if speculative else None
     try:
@@ -77,9 +77,10 @@ def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, 
 
         # ---- prefill: the target's first token is the first anchor ----
         t0 = clock(device)
-        out = target(input_ids=torch.tensor([prompt_ids], device=device), past_key_values=cache,
+        out = target(input_ids=torch.tensor([prompt_ids], device=device), past_key_values=cache.cache,
                      use_cache=True, logits_to_keep=1)
         anchor = chooser.first(out.logits[0, -1:])
+        cache.commit(num_prompt)  # keeps every prompt position; trims sliding layers to their window
         pending = [capture.take()] if speculative else []  # features not yet in the draft cache
         prefill_ms = (clock(device) - t0) * 1000
         reply = Reply(detok, anchor, plain_steps)
@@ -101,8 +102,7 @@ def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, 
             emitted = cut_at_stop(step.emitted[: max_length - start - 1], stop_ids)
             stopped = emitted[-1] in stop_ids
 
-            # ---- commit: keep anchor + accepted drafts in the target cache; their features go to the draft ----
-            crop_cache(cache, start + len(emitted))
+            # ---- commit: the target cache kept anchor + accepted drafts; their features go to the draft ----
             if capture is not None:
                 pending.append(capture.take()[:, : len(emitted)])
             decision = policy.observe(block, step.accepted, step.draft_ms, step.verify_ms)
@@ -117,6 +117,7 @@ def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, 
             memory.keep(policy)
         yield reply.finish(reason or ("stop" if stopped else "length"), num_prompt, prefill_ms, total_ms, max_block)
     finally:
+        cache.close()
         if capture is not None:
             capture.detach()
 
@@ -139,9 +140,11 @@ class Verified:
         return self.drafts[: self.accepted] + [self.chosen[self.accepted]]
 
 
-def draft_and_verify(target, draft, cache, draft_cache, pending, anchor, start, block, chooser) -> Verified:
+def draft_and_verify(target, draft, cache: TargetCache, draft_cache, pending, anchor, start, block,
+                     chooser) -> Verified:
     """ONE draft forward fills the block's B-1 mask slots (none at block 1); ONE target forward
-    verifies [anchor, drafts] at positions start..start+B-1 (the target cache appends them)."""
+    verifies [anchor, drafts] at positions start..start+B-1; the target cache then keeps the
+    anchor and the accepted drafts only (the rollback is part of the verify's cost)."""
     device = target.device
     t_draft = clock(device)
     drafts, draft_logits, q = [], None, None
@@ -149,11 +152,14 @@ def draft_and_verify(target, draft, cache, draft_cache, pending, anchor, start, 
         argmax, draft_logits = propose(draft, target, draft_cache, pending, anchor, start, block)
         drafts, q = chooser.proposals(argmax, draft_logits)
     t_verify = clock(device)
+    if block > 1:
+        cache.before_verify()
     out = target(input_ids=torch.tensor([[anchor] + drafts], device=device),
                  position_ids=torch.arange(start, start + block, device=device)[None],
-                 past_key_values=cache, use_cache=True)
+                 past_key_values=cache.cache, use_cache=True)
     logits = out.logits[0]
     accepted, chosen = chooser.verify(drafts, q, logits)
+    cache.commit(start + accepted + 1)
     t_done = clock(device)
     return Verified(drafts, draft_logits, logits, chosen, accepted,
                     (t_verify - t_draft) * 1000, (t_done - t_verify) * 1000)
@@ -284,19 +290,6 @@ def cut_at_stop(tokens: list[int], stop_ids: set[int]) -> list[int]:
         if token in stop_ids:
             return tokens[: i + 1]
     return tokens
-
-
-def new_target_cache(target) -> DynamicCache:
-    cache = DynamicCache(config=target.config)
-    if hasattr(cache, "activate_past_recording"):
-        cache.activate_past_recording()  # lets sliding-window layers roll back too
-    return cache
-
-
-def crop_cache(cache: DynamicCache, length: int) -> None:
-    remove = cache.get_seq_length() - length
-    if remove > 0:
-        cache.crop(-remove)
 
 
 def clock(device) -> float:

@@ -9,6 +9,10 @@ class CheckpointError(DFlashError):
     """A checkpoint is missing, unreadable, pickle-only, or malformed."""
 
 
+class UnsupportedTargetError(CheckpointError):
+    """A target whose cache the decode loop cannot roll back after a rejected draft."""
+
+
 class IncompatibleDraftError(DFlashError):
     """The draft does not fit the target (hidden size, vocabulary, layer ids, mask row)."""
 

@@ -17,6 +17,7 @@ from .errors import CheckpointError, IncompatibleDraftError, InvalidRequestError
 from .features import decoder_layers
 from .hub import HubProbe, fetch, parse_hub_ref
 from .shipped import ASSETS_ENV, DEFAULT_PAIR, assets_dir, pair_dirs, pair_name  # noqa: F401 (re-exported)
+from .target_cache import check_rollback_config
 from .weights import check_weight_files, guard_logits, safetensors_files
 
 EMBEDDED_NAME = DEFAULT_PAIR.name
@@ -113,6 +114,7 @@ def load_target(directory: Path, device: torch.device, dtype: torch.dtype):
         raise CheckpointError(f"no config.json in target directory {directory}")
     safetensors_files(directory, "target")
     check_weight_files(directory)
+    check_rollback_config(directory)  # refuse before reading gigabytes of weights
     try:
         target, info = AutoModelForCausalLM.from_pretrained(directory, **target_load_options(device, dtype))
     except Exception as exc:  # transformers and safetensors raise many types; all mean "cannot load"

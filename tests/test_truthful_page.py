@@ -136,3 +136,100 @@ def test_the_server_prints_the_page_and_the_api_base_url():
     text = addresses("http://127.0.0.1:7860/", api=True)
     assert "http://127.0.0.1:7860/" in text and "http://127.0.0.1:7860/v1" in text
     assert "/v1" not in addresses("http://127.0.0.1:7860/", api=False)
+
+
+# ---------------------------------------------------------------------------- one speed story
+
+
+def stored_cycles(blocks: list[int], accepted: list[int], steps: dict[int, float]) -> list[dict]:
+    return [{"index": i, "block_size": b, "accepted": a, "tau": a + 1, "emitted_pieces": ["x"] * (a + 1),
+             "draft_ms": 1.0, "verify_ms": 2.0, "cost_in_plain_steps": steps[b],
+             "fallback": {"state": "full", "changed": False}}
+            for i, (b, a) in enumerate(zip(blocks, accepted), start=1)]
+
+
+def trace_of(cycles: list[dict]):
+    from ui.trace import ReplyTrace
+
+    return ReplyTrace.from_stored("y" + "x" * sum(c["tau"] for c in cycles), cycles)
+
+
+def test_speculation_never_pays_at_or_below_even_nor_at_block_one():
+    even = trace_of(stored_cycles([8] * 4, [1] * 4, {8: 2.0}))  # τ 2 ÷ 2 steps = 1.00×
+    assert even.estimated_speedup() == pytest.approx(1.0)
+    assert "pays" not in even.speed_explanation() and "about even" in even.speed_explanation()
+    plain = trace_of(stored_cycles([1] * 5, [0] * 5, {1: 1.0}))
+    assert "pays" not in plain.speed_explanation() and "block 1" in plain.speed_explanation()
+    fast = trace_of(stored_cycles([8] * 4, [5] * 4, {8: 2.0}))
+    assert "speculation pays" in fast.speed_explanation()
+
+
+def test_the_stats_say_when_fallback_changed_the_block_size():
+    from ui.render import stats_html
+
+    changed = trace_of(stored_cycles([8] * 5 + [4] * 12, [6] * 5 + [1] * 12, {8: 2.0, 4: 1.5}))
+    html = stats_html(changed)
+    assert 'data-stat="fallback-summary"' in html and "fallback: block 8→4 for 12 of 17 cycles" in html
+    carried = trace_of(stored_cycles([4] * 3 + [8] * 3, [3] * 6, {8: 2.0, 4: 1.5}))
+    carried.max_block_size = 8  # the reply asked for block 8
+    assert "started at block 4" in stats_html(carried)
+    fixed = trace_of(stored_cycles([8] * 5, [6] * 5, {8: 2.0}))
+    assert "fallback-summary" not in stats_html(fixed)
+
+
+def run_of(label: str, prefill_ms: float, cycle_ms: float, taus: list[int], tokens_per_s: float):
+    from ui.teach_compare import Run
+
+    run = Run(label, tokens_per_s=tokens_per_s, prefill_ms=prefill_ms, cycles=len(taus))
+    elapsed, tokens = prefill_ms, 1
+    run.timeline.append((elapsed, tokens))
+    for tau in taus:
+        elapsed, tokens = elapsed + cycle_ms, tokens + tau
+        run.timeline.append((elapsed, tokens))
+    return run
+
+
+def test_compare_says_why_its_measurement_differs_from_the_estimate():
+    from ui.teach_compare import Comparison
+    from ui.teach_render import compare_html
+
+    plain = run_of("plain decoding", 10.0, 10.0, [1] * 60, 100.0)
+    slow = run_of("DFlash (re-run now)", 10.0, 70.0, [5] * 12, 74.0)  # a cycle cost 7 plain steps now
+    comparison = Comparison(run_of("stored reply", 10.0, 20.0, [5] * 12, 179.0), plain, slow, 0.0)
+    html = compare_html(comparison, estimate={"speedup": 1.79, "tau": 5.0, "steps": 2.79})
+    assert 'id="compare-estimate"' in html and "~1.79×" in html and "0.74×" in html
+    assert "differ" in html and "a cycle cost 2.5× what the estimate assumed" in html
+    agreeing = run_of("DFlash (re-run now)", 10.0, 28.0, [5] * 12, 176.0)
+    html = compare_html(Comparison(comparison.stored, plain, agreeing, 0.0),
+                        estimate={"speedup": 1.79, "tau": 5.0, "steps": 2.79})
+    assert "agree within the estimate&#x27;s ±15%" in html
+
+
+# ---------------------------------------------------------------------------- charts
+
+
+def test_fallback_labels_on_the_cycle_chart_keep_apart():
+    from ui import charts
+    from ui.trace import ReplyTrace
+
+    trace = ReplyTrace()
+    for i in range(1, 121):  # a change every third cycle over a long reply
+        trace.add_cycle({"index": i, "block_size": 8 if i % 2 else 4, "accepted": 2, "tau": 3,
+                         "emitted_pieces": ["a", "b", "c"],
+                         "fallback": {"state": "reduced", "changed": i % 3 == 0, "next_block_size": 4,
+                                      "reason": f"reason {i}"}})
+    figure = charts.acceptance_chart(trace)
+    xs = sorted(a["x"] for a in figure["layout"]["annotations"])
+    assert len(xs) >= 2 and min(b - a for a, b in zip(xs, xs[1:])) >= charts.LABEL_SHARE * trace.cycles
+    hover = next(d for d in figure["data"] if d.get("name") == "fallback change")
+    assert len(hover["x"]) == len(trace.marks) == 40  # every change still shows, on hover
+
+
+def test_a_reply_of_no_tokens_says_why_its_figures_are_empty():
+    from ui.render import stats_html
+    from ui.trace import ReplyTrace
+
+    empty = ReplyTrace()
+    empty.finished = {"reason": "stop", "new_tokens": 0, "tokens_per_s": None}
+    assert "ended the reply before writing one" in stats_html(empty)
+    assert 'data-stat="why"' not in stats_html(None)  # before any reply there is nothing to explain

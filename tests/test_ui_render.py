@@ -75,7 +75,7 @@ def test_fallback_changes_are_marked_inline_with_their_reason():
     trace = trace_of(FakeReply("a b c d e f g h i j k l m n o p q r", accept=(1,),
                                fallback_at={2: (4, "reduced", "τ 2.0 over last 2 cycles; block 8 → 4")}))
     html_text = render_token_view(trace)
-    assert 'class="tv-fallback" title="τ 2.0 over last 2 cycles; block 8 → 4"' in html_text
+    assert 'title="fallback: reduced, block → 4: τ 2.0 over last 2 cycles; block 8 → 4">⟨reduced → 4⟩</span>' in html_text
     assert trace.block_sizes[:3] == [8, 8, 4]
     assert trace.marks[0].after_cycle == 2
 
@@ -136,7 +136,7 @@ def test_charts_are_plotly_figures_with_block_size_and_annotations():
     trace = trace_of(FakeReply(" ".join("abcdefghijklmnopqrstuvwxyz"), accept=(1,),
                                fallback_at={3: (4, "reduced", "why")}))
     fig = charts.acceptance_chart(trace)
-    assert [t["name"] for t in fig["data"]] == ["τ (tokens this cycle)", "block size"]
+    assert [t["name"] for t in fig["data"]] == ["τ (tokens this cycle)", "block size", "fallback change"]
     assert fig["data"][1]["y"][:5] == [8, 8, 8, 4, 4]
     assert fig["layout"]["annotations"][0]["hovertext"] == "why" and fig["layout"]["shapes"][0]["x0"] == 3.5
     assert charts.session_chart({"replies": [{"mean_tau": 2.0, "tokens_per_s": 10.0}]})["data"][0]["y"] == [2.0]

@@ -50,17 +50,40 @@ def acceptance_chart(trace: ReplyTrace | None) -> dict:
          "line": {"color": BLOCK, "shape": "hv"}, "hovertemplate": "cycle %{x}: block %{y}<extra></extra>"},
     ]
     shapes, annotations = [], []
+    labelled = labelled_marks([m.after_cycle + 0.5 for m in trace.marks], trace.cycles)
     for mark in trace.marks:
         x = mark.after_cycle + 0.5
         shapes.append({"type": "line", "x0": x, "x1": x, "y0": 0, "y1": 1, "yref": "paper",
                        "line": {"color": REJECT, "dash": "dot", "width": 1}})
-        annotations.append({"x": x, "y": 1, "yref": "paper", "text": f"{mark.state} → {mark.next_block_size}",
-                            "hovertext": mark.reason, "showarrow": False, "yanchor": "bottom",
-                            "font": {"size": 9, "color": REJECT}})
+        if x in labelled:
+            annotations.append({"x": x, "y": 1, "yref": "paper", "text": f"{mark.state} → {mark.next_block_size}",
+                                "hovertext": mark.reason, "showarrow": False, "yanchor": "bottom",
+                                "font": {"size": 9, "color": REJECT}})
     upper = max([trace.max_block_size, *trace.taus, 1])
+    if trace.marks:  # every change on hover, labelled or not
+        data.append({"type": "scatter", "mode": "markers", "x": [m.after_cycle + 0.5 for m in trace.marks],
+                     "y": [upper + 0.25] * len(trace.marks), "name": "fallback change", "showlegend": False,
+                     "marker": {"color": REJECT, "size": 6, "symbol": "triangle-down"},
+                     "text": [f"{m.state} → block {m.next_block_size}: {m.reason}" for m in trace.marks],
+                     "hovertemplate": "after cycle %{x:.0f}: %{text}<extra></extra>"})
     return {"data": data, "layout": figure_layout(
         "Acceptance per cycle (this reply)", {"title": {"text": "cycle"}}, {"title": {"text": "tokens"}, "range": [0, upper + 0.5]},
         bargap=0.15, shapes=shapes, annotations=annotations)}
+
+
+LABEL_SHARE = 0.16  # a fallback label ("reduced → 4") is about this share of the chart's width
+
+
+def labelled_marks(xs: list[float], cycles: int) -> set[float]:
+    """The fallback changes that get a label: each at least a label's width after the last one
+    labelled (the others show on hover), so that labels never pile on top of each other."""
+    gap = max(1.0, LABEL_SHARE * max(cycles, 1))
+    chosen, last = set(), None
+    for x in sorted(xs):
+        if last is None or x - last >= gap:
+            chosen.add(x)
+            last = x
+    return chosen
 
 
 def session_chart(stats: dict | None) -> dict:

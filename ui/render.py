@@ -259,8 +259,10 @@ def render_token_view(trace: ReplyTrace | None, mode: str = "chat", placeholder:
 def _mark_html(mark) -> str:
     if mark is None:
         return ""
-    label = f"⟨{mark.state}: block → {mark.next_block_size}⟩"
-    return f'<span class="tv-fallback" title="{esc(mark.reason)}">{esc(label)} <em>{esc(mark.reason)}</em></span>'
+    # A small raised marker, its reason on hover: inline in the code, the reason broke its reading.
+    label = f"⟨{mark.state} → {mark.next_block_size}⟩"
+    return (f'<span class="tv-fallback" data-block="{mark.next_block_size}" '
+            f'title="{esc(f"fallback: {mark.state}, block → {mark.next_block_size}: {mark.reason}")}">{esc(label)}</span>')
 
 
 # ---------------------------------------------------------------------------- stats and footers
@@ -281,7 +283,8 @@ STAT_HELP = {
     "block size": "tokens per draft+verify block in the latest cycle",
     "fallback": "dynamic fallback's state: " + "; ".join(FALLBACK_STATES.values())
                 + " (– when fallback is switched off)",
-    "est. speedup": "mean τ divided by a cycle's measured cost in plain decoding steps",
+    "est. speedup": "an estimate: mean τ divided by a cycle's cost in plain decoding steps, measured when the model "
+                    "loaded (±15 %; Teach → Compare measures the real ratio now)",
     "tokens": "generated tokens, the prefill token included",
     "cycles": "draft+verify cycles",
 }
@@ -307,6 +310,14 @@ def stats_html(trace: ReplyTrace | None, model_line: str = "") -> str:
     )
     why = t.speed_explanation()
     why_html = f'<div class="stat-why" data-stat="why">{esc(why)}</div>' if why else ""
+    if t.finished and not t.new_tokens:  # every figure is "–": say why
+        reason = t.finished.get("reason") or t.finished.get("finish_reason")
+        why = ("Stopped before the first token." if reason == "cancelled" else
+               "No tokens: the model ended the reply before writing one (its first token was the end of text; "
+               "at a high temperature that is a random draw: send again or lower it).")
+        why_html = f'<div class="stat-why" data-stat="why">{esc(why)}</div>'
+    blocks = t.fallback_summary()  # a reply whose block size fallback changed says so (τ depends on it)
+    why_html += f'<div class="stat-why" data-stat="fallback-summary">{esc(blocks)}</div>' if blocks else ""
     model = f'<div class="stat-model">{esc(model_line)}</div>' if model_line else ""
     return f'<div class="stats-strip">{body}{why_html}{model}</div>'
 

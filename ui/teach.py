@@ -34,7 +34,7 @@ from .teach_compare import (Comparison, comparison_record, rerun_settings, run_c
 from .teach_render import TEACH_CSS, compare_html, explainer_html, step_html
 from .teach_share import build_share_controls, wire_share
 from .teach_steps import TeachStep, build_steps, reply_numbers, reply_prompt
-from .trace import engine_note
+from .trace import ReplyTrace, engine_note
 
 SPEEDS = (0.25, 4.0)  # cycles per second
 PLAY, PAUSE = "▶ Play", "❚❚ Pause"
@@ -345,7 +345,9 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
         ctx.store.save_comparison(message["id"], comparison_record(comparison, engine_name))
     except STORE_ERRORS:
         pass  # the reply was deleted meanwhile; the result is still shown
-    yield {"compare_result": compare_html(comparison), "compare_chart": charts.plot(timeline_chart(comparison))}
+    estimate = ReplyTrace.from_stored(message["content"] or "", cycles, message).estimate()  # the reply's footer
+    yield {"compare_result": compare_html(comparison, estimate=estimate),
+           "compare_chart": charts.plot(timeline_chart(comparison))}
 
 
 def stop_compare(ctx: UIContext, message_id) -> None:
@@ -368,9 +370,13 @@ def timeline_chart(comparison: Comparison) -> dict:
         data.append({"type": "scatter", "x": [t for t, _ in run.timeline], "y": [n for _, n in run.timeline],
                      "mode": "lines", "name": run.label, "line": {"color": color, "dash": dash, "shape": "hv"},
                      "hovertemplate": f"{run.label}: %{{y}} tokens at %{{x:.0f}} ms<extra></extra>"})
-    return {"data": data, "layout": charts.figure_layout(
-        "Tokens over time (prefill, then one step per target pass)", {"title": {"text": "ms"}},
-        {"title": {"text": "tokens"}, "rangemode": "tozero"}, height=260)}
+    # The axis ends after the longest run, set here: a range kept from an earlier, shorter
+    # comparison ran the new lines off the chart's right edge.
+    end = max((x for trace in data for x in trace["x"]), default=0.0)
+    xaxis = {"title": {"text": "ms"}, "range": [0, end * 1.04 or 1], "autorange": False}
+    return {"data": data, "layout": {**charts.figure_layout(
+        "Tokens over time (prefill, then one step per target pass)", xaxis,
+        {"title": {"text": "tokens"}, "rangemode": "tozero"}, height=260), "uirevision": None}}
 
 
 # ============================================================================ the tab

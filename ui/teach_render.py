@@ -10,6 +10,7 @@ the only markup is our own. Element ids inside ``#teach-step``: ``teach-caption`
 from __future__ import annotations
 
 from .render import esc
+from .speed import compare_story
 from .teach_compare import Comparison, Run, why_different
 from .teach_steps import ReplyNumbers, TeachStep, caption, show_token
 
@@ -271,7 +272,9 @@ def _run_row(run: Run, with_error: bool) -> str:
             f"<td>{run.cycles}</td><td>{_fmt(run.mean_tau, '.2f')}</td>{error}</tr>")
 
 
-def compare_html(comparison: Comparison | None, note: str = "") -> str:
+def compare_html(comparison: Comparison | None, note: str = "", estimate: dict | None = None) -> str:
+    """The comparison's verdict, speed, texts and table; ``estimate`` (the stored reply's
+    {"speedup", "tau", "steps"}) adds how the measurement relates to the reply's estimate."""
     if comparison is None:
         return f'<div class="cr-note">{esc(note or "Press Compare to re-run this reply with speculation off.")}</div>'
     c = comparison
@@ -291,6 +294,9 @@ def compare_html(comparison: Comparison | None, note: str = "") -> str:
                f'{_fmt((c.dflash or c.stored).tokens_per_s)} tok/s'
                f'{" (re-run right after the plain run)" if c.dflash is not None else " (as stored)"}.</p>')
     extra = []
+    story = compare_story(estimate, c)
+    if story:
+        extra.append(f'<p class="cr-estimate" id="compare-estimate">{esc(story)}</p>')
     if c.method:
         extra.append(f'<p class="cr-method" id="compare-method">Plain decoding measured with {esc(c.method)}.</p>')
     if c.model_note:

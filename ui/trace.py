@@ -16,6 +16,8 @@ from engine.events import Cycle
 from engine.fallback import VERIFY_STEPS_PRIOR  # a B-token verify ~ this many plain steps, until measured
 from engine.interface import CAPABILITIES
 
+from .speed import fallback_summary, speed_verdict
+
 Origin = Literal["accepted", "bonus", "rejected", "prefill"]
 
 
@@ -237,14 +239,25 @@ class ReplyTrace:
             plain_ms = sum(costs) / len(costs) / VERIFY_STEPS_PRIOR
         return sum(self.taus) / sum(self.cycle_ms) * plain_ms
 
+    def estimate(self) -> dict | None:
+        """The estimate's parts, {"speedup", "tau", "steps"}, when it rests on measured costs."""
+        steps, speedup = self.cost_in_plain_steps(), self.estimated_speedup()
+        if self.mean_tau is None or not steps or speedup is None:
+            return None
+        return {"speedup": speedup, "tau": self.mean_tau, "steps": steps}
+
     def speed_explanation(self) -> str | None:
         """Why this reply was as fast as it was, in one line: τ ÷ cycle cost = speedup."""
         steps, speedup = self.cost_in_plain_steps(), self.estimated_speedup()
         if self.mean_tau is None or not steps or speedup is None:
             return None
-        verdict = "speculation pays" if speedup >= 1 else "speculation loses: τ is below the cycle cost"
+        verdict = speed_verdict(speedup, self.block_sizes)
         return (f"τ {self.mean_tau:.2f} ÷ cycle cost {steps:.2f} plain steps = {speedup:.2f}× "
                 f"over plain decoding ({verdict})")
+
+    def fallback_summary(self) -> str | None:
+        """What dynamic fallback did to the block size in this reply (None: nothing)."""
+        return fallback_summary(self.block_sizes, self.max_block_size)
 
     def tokens_per_s(self) -> float | None:
         if self.finished and self.finished.get("tokens_per_s"):

@@ -77,10 +77,10 @@ def page(shared_page):
     page = shared_page
     page.click("#chat-tab-button")
     page.wait_for_selector("#chat-input textarea:not([disabled])")  # the page has restored its session
-    if not page.locator("#show-rejected input").is_checked():
-        page.click("#show-rejected input")
     if page.locator("#chat .message").count():  # each test starts on an empty chat
         page.click("#new-session")
         page.wait_for_function("!document.querySelector('#chat .message')")
+    if not page.locator("#show-rejected input").is_checked():  # after New session, which shows the defaults
+        page.click("#show-rejected input")
     page.fill("#chat-input textarea", "")
     yield page

@@ -1,0 +1,66 @@
+"""Tiny random twins of the target families real DFlash drafts are published for, built from
+transformers' own classes: the same layer kinds, caches, routing and scales as the real
+checkpoints, at a size that decodes in milliseconds on a CPU.
+
+Windows are short (``WINDOW``) so that a few dozen generated tokens pass every window many
+times; linear-attention layers are interleaved with full attention as in the real models.
+"""
+
+from __future__ import annotations
+
+import torch
+import transformers as tf
+
+VOCAB = 96
+WINDOW = 12  # sliding windows of the twins: a 7-token prompt + 40 tokens passes each three times
+LINEAR = ["linear_attention", "linear_attention", "linear_attention", "full_attention"]
+
+
+def _common(**overrides) -> dict:
+    settings = dict(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=512, tie_word_embeddings=False,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )
+    settings.update(overrides)
+    return settings
+
+
+def _linear_attention(**overrides) -> dict:
+    return _common(layer_types=LINEAR, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                   linear_value_head_dim=16, linear_conv_kernel_dim=4, **overrides)
+
+
+_MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+
+# family -> (what it stands for, config class, model class, config settings)
+FAMILIES = {
+    "llama": ("Llama 3.1", tf.LlamaConfig, tf.LlamaForCausalLM, _common(rope_theta=500000.0)),
+    "qwen3": ("Qwen3 4B/8B", tf.Qwen3Config, tf.Qwen3ForCausalLM, _common()),
+    "qwen3_moe": ("Qwen3-Coder-30B-A3B", tf.Qwen3MoeConfig, tf.Qwen3MoeForCausalLM,
+                  _common(decoder_sparse_step=1, **_MOE)),
+    "qwen3_5": ("Qwen3.5 / Qwen3.6 dense", tf.Qwen3_5TextConfig, tf.Qwen3_5ForCausalLM, _linear_attention()),
+    "qwen3_5_moe": ("Qwen3.5 / Qwen3.6 MoE", tf.Qwen3_5MoeTextConfig, tf.Qwen3_5MoeForCausalLM,
+                    _linear_attention(shared_expert_intermediate_size=32, **_MOE)),
+    "qwen3_next": ("Qwen3-Next, Qwen3-Coder-Next", tf.Qwen3NextConfig, tf.Qwen3NextForCausalLM,
+                   _linear_attention(shared_expert_intermediate_size=32, decoder_sparse_step=1, **_MOE)),
+    "gemma3": ("Gemma 3", tf.Gemma3TextConfig, tf.Gemma3ForCausalLM,
+               _common(sliding_window=WINDOW, final_logit_softcapping=30.0, query_pre_attn_scalar=16,
+                       layer_types=["sliding_attention"] * 3 + ["full_attention"])),
+    "gpt_oss": ("gpt-oss 20b/120b", tf.GptOssConfig, tf.GptOssForCausalLM,
+                _common(sliding_window=WINDOW, num_local_experts=4, num_experts_per_tok=2,
+                        layer_types=["sliding_attention", "full_attention"] * 2)),
+    "mimo_v2_flash": ("MiMo-V2-Flash / V2.5", tf.MiMoV2FlashConfig, tf.MiMoV2FlashForCausalLM,
+                      _common(sliding_window=WINDOW)),
+}
+
+
+def family_twin(family: str, seed: int = 0, sharpness: float = 8.0, **overrides):
+    """A random twin of ``family`` in fp32, eval mode. ``sharpness`` scales the LM head: the
+    greedy tests want clear winners (no near-ties), the sampling tests real uncertainty."""
+    _, config_class, model_class, settings = FAMILIES[family]
+    torch.manual_seed(seed)
+    model = model_class(config_class(**{**settings, **overrides})).float().eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpness)
+    return model

@@ -132,7 +132,8 @@ def test_a_stored_reply_replays_cycle_by_cycle_and_compares_identical(page, fake
     page.wait_for_selector("#analytics-tau-hist .js-plotly-plot")
     assert page.locator("#analytics-table tbody tr").count() >= 1
     page.click("#analytics-export")
-    page.wait_for_selector("#analytics-files a, #analytics-files .file-preview", timeout=15_000)
+    # the PNGs come from kaleido driving Chromium: seconds on an idle machine, more on a loaded one
+    page.wait_for_selector("#analytics-files a, #analytics-files .file-preview", timeout=120_000)
     names = page.locator("#analytics-files").inner_text()
     assert ".csv" in names and ".png" in names
     ARTIFACTS.mkdir(exist_ok=True)

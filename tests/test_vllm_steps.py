@@ -133,3 +133,36 @@ def test_vllm_streams_are_read_as_the_sse_spec_frames_them():
     assert [e["choices"][0]["token_ids"] for e in sse_events(stream(body))] == [[1, 2], [3]]
     with pytest.raises(InvalidRequestError, match="too long"):
         list(sse_events(stream('data: {"error": {"message": "prompt too long"}}\n\n')))
+
+
+def test_bench_times_vllm_through_its_own_non_streaming_api():
+    """`bench --engine vllm` sends vLLM one plain /v1/completions request per reply, as an OpenAI
+    client does, and reads τ from vLLM's own per-request metrics (no vLLM needed here)."""
+    import json
+
+    import httpx
+
+    from engine.config import SamplingConfig
+    from engine.vllm.bench import run_api
+    from engine.vllm.client import Endpoint, ServedModel
+
+    sent = []
+
+    def vllm(request: httpx.Request) -> httpx.Response:
+        sent.append((request.url.path, request.headers.get("authorization"), json.loads(request.content)))
+        return httpx.Response(200, json={"choices": [{"token_ids": [5, 6, 7, 8, 9, 10, 11]}],
+                                         "metrics": {"speculative_decoding": {"per_step_accepted": [3, 7]}}})
+
+    class Engine:
+        def request_body(self, served, prompt_ids, sampling):
+            return {"model": served.endpoint.model, "prompt": prompt_ids, "stream": True,
+                    "stream_options": {"include_usage": True}, "return_token_ids": True}
+
+    served = ServedModel(Endpoint("http://vllm.test", "pair", "key"), 2048, "pair", 8)
+    with httpx.Client(transport=httpx.MockTransport(vllm)) as http:
+        run = run_api(Engine(), served, [1, 2], SamplingConfig(max_new_tokens=7), http)
+    path, auth, body = sent[0]
+    assert (path, auth) == ("/v1/completions", "Bearer key")
+    assert body["stream"] is False and "stream_options" not in body and body["prompt"] == [1, 2]
+    assert run.token_ids == (5, 6, 7, 8, 9, 10, 11) and run.new_tokens == 7 and run.seconds > 0
+    assert run.taus == (4, 2)  # 1 prefill token + 4 + 2 = 7: the last step cut to what was emitted

@@ -35,7 +35,7 @@ if [[ "$TINY" == 1 ]]; then
   TRAIN=(--device "${DEVICE:-cpu}" --layers "${LAYERS:-3}" --num-sequences "$REPLIES" --new-tokens 16
          --gen-batch 12 --prompt-tokens 48 --batch-size 4 --anchors 8 --eval-sequences 4 --max-steps 3
          --threads 2 --no-progress)
-  PROMPTS=()  # corpus prompts only (the request mix alone is 2,400 prompts)
+  PROMPTS=()  # corpus prompts only (the request mix alone is about 1,900 prompts)
   PROPOSAL_SIZE=256
   BENCH=(--limit 2 --max-new-tokens 24 --threads 2)
 else
@@ -46,7 +46,7 @@ else
          --new-tokens 96 --gen-batch 4096 --prompt-tokens 128 --batch-size 64 --anchors 64
          --eval-sequences 256 --lr 4e-4 --max-minutes "${MINUTES:-9.5}" --gen-fraction 0.5
          --cache-features-gb 0 --checkpoint-minutes 3)
-  PROMPTS=(--prompts requests)  # 2,400 prompts of the request target's own kind, then corpus ones
+  PROMPTS=(--prompts requests)  # about 1,900 prompts of the request target's own kind, then corpus ones
   PROPOSAL_SIZE=2048
   BENCH=(--max-new-tokens 160)
 fi

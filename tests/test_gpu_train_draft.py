@@ -64,19 +64,20 @@ def test_the_new_draft_loads_and_its_greedy_output_is_plain_decoding(tiny_run):
 # ---------------------------------------------------------------- what a 200,000-reply pool needs
 
 
-def test_line_counts_counted_once_per_file_give_the_same_prefixes():
+def test_line_counts_and_definitions_found_once_per_file_give_the_same_prefixes():
     import random
 
     from transformers import AutoTokenizer
 
-    from engine.training.draft import line_aligned_prefix
+    from engine.training.draft import definition_lines, line_aligned_prefix
 
     tokenizer = AutoTokenizer.from_pretrained(str(PAIR / "target"))
     lines = (ROOT / "engine" / "training" / "pass1.py").read_text().splitlines(keepends=True)
     counts = [len(ids) for ids in tokenizer(lines, add_special_tokens=False)["input_ids"]]
     for seed in range(20):
         alone = line_aligned_prefix(lines, tokenizer, 96, 16, random.Random(seed))
-        counted = line_aligned_prefix(lines, tokenizer, 96, 16, random.Random(seed), line_counts=counts)
+        counted = line_aligned_prefix(lines, tokenizer, 96, 16, random.Random(seed), line_counts=counts,
+                                      definitions=definition_lines(lines))
         assert alone == counted
 
 

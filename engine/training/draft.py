@@ -249,17 +249,18 @@ def build_prompts(tokenizer, corpus, n: int, cfg: DraftTrainConfig, seed: int, h
             src = sources.get(p) or read_source(p)
             file_ids[p] = tokenizer(src, add_special_tokens=False)["input_ids"]
             lines = src.splitlines(keepends=True)
-            # each line's token count, tokenized once per file (a 200,000-prompt pool asks for
-            # millions of line counts otherwise); a line alone tokenizes the same either way
+            # each line's token count and the def/class lines, found once per file (a 200,000-prompt
+            # pool asks for millions of them otherwise); a line alone tokenizes the same either way
             counts = [len(ids) for ids in tokenizer(lines, add_special_tokens=False)["input_ids"]] if lines else []
-            file_lines[p] = (lines, counts)
+            file_lines[p] = (lines, counts, definition_lines(lines))
         ids = file_ids[p]
         if len(ids) < cfg.min_prompt_tokens + 8:
             continue
         plen = rng.randint(cfg.min_prompt_tokens, min(cfg.prompt_tokens, len(ids) - 8))
         if rng.random() < LINE_ALIGNED_PREFIXES:
-            lines, counts = file_lines[p]
-            prefix = line_aligned_prefix(lines, tokenizer, plen, cfg.min_prompt_tokens, rng, line_counts=counts)
+            lines, counts, definitions = file_lines[p]
+            prefix = line_aligned_prefix(lines, tokenizer, plen, cfg.min_prompt_tokens, rng, line_counts=counts,
+                                         definitions=definitions)
             if prefix:
                 out.append((prefix, "complete"))
             continue
@@ -275,11 +276,19 @@ LINE_ALIGNED_PREFIXES = 0.8
 _DEFINITION = re.compile(r"\s*(async\s+def|def|class)\s")
 
 
+def definition_lines(lines: list[str]) -> list[int]:
+    """Indices of the lines that open a def or class."""
+    return [i for i, line in enumerate(lines) if _DEFINITION.match(line)]
+
+
 def line_aligned_prefix(lines: list[str], tokenizer, max_tokens: int, min_tokens: int,
-                        rng: random.Random, line_counts: list[int] | None = None) -> list[int] | None:
+                        rng: random.Random, line_counts: list[int] | None = None,
+                        definitions: list[int] | None = None) -> list[int] | None:
     """Whole lines from a def/class line (or any line), as many as fit in ``max_tokens``;
-    None when fewer than ``min_tokens`` fit or there is nothing after them to continue."""
-    definitions = [i for i, line in enumerate(lines) if _DEFINITION.match(line)]
+    None when fewer than ``min_tokens`` fit or there is nothing after them to continue.
+    ``line_counts`` and ``definitions``: each line's token count and ``definition_lines``,
+    when the caller keeps them per file (they are the same for every prefix of one file)."""
+    definitions = definitions if definitions is not None else definition_lines(lines)
     starts = definitions if definitions and rng.random() < 0.5 else range(len(lines))
     first = rng.choice(starts)
     text, count = "", 0

@@ -26,14 +26,25 @@ class ShippedPair:
     folder: str  # under assets/models
     purpose: str  # what it is for, in words a newcomer understands
     aliases: tuple[str, ...] = ()
+    # measured with `dflash-studio bench --no-fallback` on the held-out prompt sets (greedy, block 8;
+    # lowest and highest set, as in the pair's model card): the one source of the figures the page shows
+    tau: tuple[float, float] = (0.0, 0.0)
+    speedup: tuple[float, float] = (0.0, 0.0)
+
+    def speed(self) -> str:
+        """'τ 2.9–3.2, 1.5–1.6× plain decoding' (the header's words; the card gives two decimals)."""
+        if not self.speedup[1]:
+            return ""
+        return (f"τ {self.tau[0]:.1f}–{self.tau[1]:.1f}, {self.speedup[0]:.1f}–{self.speedup[1]:.1f}× "
+                "plain decoding")
 
 
 SHIPPED_PAIRS = (
     ShippedPair("tiny-coder", "tiny-coder-requests", "answers simple requests",
                 aliases=("tiny-coder-requests", "tiny-coder-requests (answers requests)",
-                         "tiny-coder-requests-answers-requests")),
+                         "tiny-coder-requests-answers-requests"), tau=(2.88, 3.18), speedup=(1.52, 1.62)),
     ShippedPair("tiny-coder-fast", "tiny-coder", "speed demo, does not answer requests",
-                aliases=("tiny-coder (embedded)", "tiny-coder-embedded")),
+                aliases=("tiny-coder (embedded)", "tiny-coder-embedded"), tau=(6.05, 6.36), speedup=(3.02, 3.13)),
 )
 DEFAULT_PAIR = SHIPPED_PAIRS[0]  # what the app, generate, bench and the API run when told nothing
 

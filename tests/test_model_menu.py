@@ -116,3 +116,20 @@ def test_the_rebuild_script_ends_with_the_default_pair():
     assert {f"assets/models/{pair.folder}/target/" for pair in SHIPPED_PAIRS} <= set(copies)
     assert commands[-1][:2] == ["dflash-studio", "bench"] and "--target" not in commands[-1]
     assert all("--target" in command for command in commands[:-1] if command[1] == "bench")
+
+
+def test_the_header_shows_the_speed_measured_in_the_model_card_and_the_readme_agrees(shipped):
+    """One source for a shipped pair's speed (engine.shipped): the header shows it, its model card
+    gives the same range with two decimals, the README the default's rounded."""
+    from pathlib import Path
+
+    from engine.shipped import DEFAULT_PAIR, SHIPPED_PAIRS, assets_dir
+
+    ctx, _ = shipped
+    for pair in SHIPPED_PAIRS:
+        card = (assets_dir() / "models" / pair.folder / "README.md").read_text()
+        assert f"τ {pair.tau[0]:.2f}–{pair.tau[1]:.2f}" in card and f"{pair.speedup[0]:.2f}–{pair.speedup[1]:.2f}×" in card
+        assert pair.speed() in m.model_status_html(ctx, pair.name)
+    assert "τ 2.9–3.2, 1.5–1.6× plain decoding (bench)" in m.model_status_html(ctx)  # the default, loaded
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert f"{DEFAULT_PAIR.speedup[0]:.1f}–{DEFAULT_PAIR.speedup[1]:.1f}×" in readme

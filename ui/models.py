@@ -143,6 +143,11 @@ def model_status_html(ctx: UIContext, page_key: str | None = None) -> str:
 
 
 def _hint(ctx: UIContext, key: str) -> str:
+    """'— answers simple requests · τ 2.9–3.2, 1.5–1.6× plain decoding (bench)': what the pair is
+    for and its measured speed, when the model list knows them."""
     choice = getattr(ctx.engines, "catalog", {}).get(key)
-    hint = getattr(choice, "hint", "")
-    return f' <span class="detail">— {esc(hint)}</span>' if hint else ""
+    words = [getattr(choice, "hint", "")]
+    if getattr(choice, "speed", ""):
+        words.append(f"{choice.speed} (bench)")
+    words = [w for w in words if w]
+    return f' <span class="detail">— {esc(" · ".join(words))}</span>' if words else ""

@@ -175,6 +175,12 @@ def test_the_stats_say_when_fallback_changed_the_block_size():
     assert "started at block 4" in stats_html(carried)
     fixed = trace_of(stored_cycles([8] * 5, [6] * 5, {8: 2.0}))
     assert "fallback-summary" not in stats_html(fixed)
+    measured = stored_cycles([8, 1] + [8] * 5, [6, 0] + [6] * 5, {8: 2.0, 1: 1.0})  # one plain step, measured
+    assert "fallback-summary" not in stats_html(trace_of(measured))
+    off = stored_cycles([8] * 3 + [1] * 4, [6] * 3 + [0] * 4, {8: 2.0, 1: 1.0})
+    for cycle in off[3:]:
+        cycle["fallback"]["state"] = "off"
+    assert "fallback: block 8→1 for 4 of 7 cycles" in stats_html(trace_of(off))
 
 
 def run_of(label: str, prefill_ms: float, cycle_ms: float, taus: list[int], tokens_per_s: float):

@@ -27,10 +27,14 @@ def speed_verdict(speedup: float, block_sizes: list[int]) -> str:
     return f"about even with plain decoding, within the estimate's ±{ESTIMATE_ERROR:.0%}"
 
 
-def fallback_summary(block_sizes: list[int], chosen_block: int | None) -> str | None:
+def fallback_summary(block_sizes: list[int], chosen_block: int | None, states: list[str] | None = None) -> str | None:
     """What dynamic fallback did to the block size in one reply, or None when every cycle ran at
     the block chosen: "fallback: block 8→4 for 12 of 30 cycles (8 for 17, 1 for 1)"; and when the
-    reply started below it, that it started where the previous reply with these settings ended."""
+    reply started below it, that it started where the previous reply with these settings ended.
+    A block-1 cycle in a speculating mode (``states``: not "off") is fallback measuring one plain
+    step, not a change of mode: it is left out."""
+    if states is not None:
+        block_sizes = [b for b, state in zip(block_sizes, states) if b > 1 or state == "off"]
     if not block_sizes:
         return None
     chosen = max(chosen_block or 0, max(block_sizes))

@@ -257,7 +257,7 @@ class ReplyTrace:
 
     def fallback_summary(self) -> str | None:
         """What dynamic fallback did to the block size in this reply (None: nothing)."""
-        return fallback_summary(self.block_sizes, self.max_block_size)
+        return fallback_summary(self.block_sizes, self.max_block_size, self.fallback_states)
 
     def tokens_per_s(self) -> float | None:
         if self.finished and self.finished.get("tokens_per_s"):

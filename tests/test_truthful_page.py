@@ -239,3 +239,16 @@ def test_a_reply_of_no_tokens_says_why_its_figures_are_empty():
     empty.finished = {"reason": "stop", "new_tokens": 0, "tokens_per_s": None}
     assert "ended the reply before writing one" in stats_html(empty)
     assert 'data-stat="why"' not in stats_html(None)  # before any reply there is nothing to explain
+
+
+def test_a_rejected_draft_never_breaks_the_line_it_sits_above():
+    from ui.render import render_token_view
+    from ui.trace import ReplyTrace
+
+    trace = ReplyTrace()
+    trace.start("def", 4)
+    trace.add_cycle({"index": 1, "block_size": 4, "accepted": 1, "tau": 2, "emitted_pieces": [" f", "("],
+                     "rejected_pieces": [":\n    ", "x"], "fallback": {"state": "full"}})
+    html = render_token_view(trace)
+    rejected = html.split('class="tok" data-origin="rejected"')[1].split("</span>")[0]
+    assert "\n" not in rejected and "⏎" in rejected

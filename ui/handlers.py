@@ -93,8 +93,8 @@ def defaults_note(ctx: UIContext) -> str:
                f"rejected drafts {'shown' if d['show_rejected'] else 'hidden'}")
     source = ("saved on this page (*Save as defaults*; *Reset* goes back to the start-up options)"
               if saved_defaults(ctx) else
-              "the start-up options (`dflash-studio serve --block-size N --max-new-tokens N --no-fallback`; "
-              "*Save as defaults* keeps the settings shown instead)")
+              "the start-up options (`serve --block-size`, `--max-new-tokens`, `--no-fallback`); "
+              "*Save as defaults* keeps the settings shown instead")
     return f"New sessions start with {figures}: {source}."
 
 

@@ -233,8 +233,8 @@ def render_token_view(trace: ReplyTrace | None, mode: str = "chat", placeholder:
                 out.append(_mark_html(marks.get(current)))
             current = token.cycle
             out.append(f'<span class="tv-block" data-block="{token.cycle}" data-block-size="{token.block_size}">')
-        if token.origin == "rejected":
-            inner = esc(token.text)
+        if token.origin == "rejected":  # a marker above the line: its line breaks must not break the code's
+            inner = esc(token.text.replace("\n", "⏎"))
         else:
             inner = _syntax_html(token.text, classes[pos:pos + len(token.text)])
             pos += len(token.text)

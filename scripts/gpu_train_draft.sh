@@ -34,10 +34,10 @@ if [[ "$TINY" == 1 ]]; then
   REPLIES=${REPLIES:-24}
   TRAIN=(--device "${DEVICE:-cpu}" --layers "${LAYERS:-3}" --num-sequences "$REPLIES" --new-tokens 16
          --gen-batch 12 --prompt-tokens 48 --batch-size 4 --anchors 8 --eval-sequences 4 --max-steps 3
-         --threads 2 --no-progress)
+         --threads 1 --no-progress)  # one thread: two spin and collapse on a busy machine
   PROMPTS=()  # corpus prompts only (the request mix alone is about 1,900 prompts)
   PROPOSAL_SIZE=256
-  BENCH=(--limit 2 --max-new-tokens 24 --threads 2)
+  BENCH=(--limit 2 --max-new-tokens 24 --threads 1)
 else
   REPLIES=${REPLIES:-200000}
   # generation first (half the budget), then training; features are computed online (200,000

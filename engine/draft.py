@@ -82,6 +82,8 @@ def new_draft_config(
     layer_ids = list(target_layer_ids) if target_layer_ids is not None else default_target_layer_ids(n_target, num_layers)
     head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
     rope = getattr(text_config, "rope_parameters", None) or {"rope_type": "default", "rope_theta": 10000.0}
+    if isinstance(rope.get("full_attention"), dict):  # per layer kind (Gemma 3, MiMo): draft layers are full
+        rope = rope["full_attention"]
     config = Qwen3Config(
         vocab_size=text_config.vocab_size,
         hidden_size=text_config.hidden_size,

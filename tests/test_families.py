@@ -228,3 +228,16 @@ def test_a_supported_family_loads_from_disk_and_decodes_like_plain(tmp_path):
     reference = plain_greedy(target, PROMPT, 20)
     events = decode(target, tiny_draft(target, block_size=8), 8, max_new_tokens=20)
     assert list(events[-1].token_ids) == reference
+
+
+@pytest.mark.parametrize("name", ["gemma3", "mimo_v2_flash"])
+def test_a_draft_made_for_a_target_with_rope_per_layer_kind_takes_the_full_layers_rope(name):
+    """Gemma 3 and MiMo give RoPE per layer kind; draft layers are full attention, so a draft
+    config made for them takes the full layers' parameters (flat, as vLLM and z-lab read them)
+    rather than a nested dict that Qwen3's RoPE would read as the default base."""
+    from engine.draft import new_draft_config
+
+    target = family_twin(name)
+    rope = new_draft_config(target.config, 1, 8, target.config.vocab_size - 1).rope_parameters
+    assert rope["rope_theta"] == target.config.rope_parameters["full_attention"]["rope_theta"]
+    assert not any(isinstance(value, dict) for value in rope.values())

@@ -370,13 +370,14 @@ def timeline_chart(comparison: Comparison) -> dict:
         data.append({"type": "scatter", "x": [t for t, _ in run.timeline], "y": [n for _, n in run.timeline],
                      "mode": "lines", "name": run.label, "line": {"color": color, "dash": dash, "shape": "hv"},
                      "hovertemplate": f"{run.label}: %{{y}} tokens at %{{x:.0f}} ms<extra></extra>"})
-    # The axis ends after the longest run, set here: a range kept from an earlier, shorter
-    # comparison ran the new lines off the chart's right edge.
+    # The axes end a little after the longest run: autorange ended them at its last point, and the
+    # line ran into the chart's right (and top) edge, as if cut off.
     end = max((x for trace in data for x in trace["x"]), default=0.0)
+    top = max((y for trace in data for y in trace["y"]), default=0)
     xaxis = {"title": {"text": "ms"}, "range": [0, end * 1.04 or 1], "autorange": False}
+    yaxis = {"title": {"text": "tokens"}, "range": [0, top * 1.08 or 1], "autorange": False}
     return {"data": data, "layout": {**charts.figure_layout(
-        "Tokens over time (prefill, then one step per target pass)", xaxis,
-        {"title": {"text": "tokens"}, "rangemode": "tozero"}, height=260), "uirevision": None}}
+        "Tokens over time (prefill, then one step per target pass)", xaxis, yaxis, height=260), "uirevision": None}}
 
 
 # ============================================================================ the tab

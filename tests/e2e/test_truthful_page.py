@@ -142,9 +142,11 @@ def test_fallback_labels_on_the_cycle_chart_never_overlap(page, fake_app):
 
 INSIDE = """(sel) => {
   const gd = document.querySelector(sel + ' .js-plotly-plot');
-  const end = Math.max(...gd.data.flatMap(t => t.x));
+  const end = Math.max(...gd.data.flatMap(t => t.x)), top = Math.max(...gd.data.flatMap(t => t.y));
   const box = gd.getBoundingClientRect(), outer = document.querySelector(sel).getBoundingClientRect();
-  return [gd._fullLayout.xaxis.range[1] >= end, box.right <= outer.right + 1];
+  // the lines end inside the plot, clear of its right and top edges, and the plot inside its box
+  return [gd._fullLayout.xaxis.range[1] >= end * 1.02, gd._fullLayout.yaxis.range[1] >= top * 1.02,
+          box.right <= outer.right + 1];
 }"""
 
 
@@ -161,7 +163,7 @@ def test_the_compare_chart_keeps_its_lines_inside(page, fake_app):
         page.wait_for_selector("#compare-result [data-identical]", timeout=30_000)
         page.wait_for_selector("#compare-chart .js-plotly-plot")
         page.wait_for_timeout(500)
-        assert page.evaluate(INSIDE, "#compare-chart") == [True, True]
+        assert page.evaluate(INSIDE, "#compare-chart") == [True, True, True]
         ARTIFACTS.mkdir(exist_ok=True)
         page.locator("#compare-chart").screenshot(path=str(ARTIFACTS / "compare-chart.png"))
         page.click("#chat-tab-button")

@@ -285,13 +285,16 @@ def test_held_out_correctness_counts_only_what_decoding_can_propose():
 
 def test_decode_chain_on_a_greedy_reply_equals_what_decoding_measures():
     """The held-out `tau_decode` reads the acceptance lengths real DFlash decoding has: on the
-    embedded pair's own greedy reply, cycle for cycle."""
+    speed-demo pair's own greedy reply (a code completer: it writes the whole 48 tokens), cycle
+    for cycle."""
     from engine.config import EngineConfig, SamplingConfig
     from engine.events import Finished
     from engine.runtime import LocalEngine
+    from engine.shipped import SHIPPED_PAIRS, pair_dirs
     from engine.training.draft import DraftTrainConfig, draft_batch_loss
 
-    engine = LocalEngine.load(EngineConfig(threads=1))
+    target, draft = pair_dirs(next(pair for pair in SHIPPED_PAIRS if pair.name == "tiny-coder-fast"))
+    engine = LocalEngine.load(EngineConfig(target=str(target), draft=str(draft), threads=1))
     prompt = engine.encode("def parse(text):\n", raw=True)
     finished = [e for e in engine.generate(prompt, SamplingConfig(max_new_tokens=48)) if isinstance(e, Finished)][0]
     assert finished.reason == "length" and sum(finished.acceptance_lengths) == 47

@@ -68,7 +68,8 @@ echo "== 3. both drafts on $HELDOUT (CPU, greedy, fixed blocks)"
 for which in new shipped; do
   draft=$([[ $which == new ]] && echo "$OUT/draft" || echo "$SHIPPED")
   "${DS[@]}" bench --target "$TARGET" --draft "$draft" --prompts "$HELDOUT" --no-fallback --device cpu \
-    "${BENCH[@]}" --json 2>/dev/null | tail -n 1 > "$OUT/bench_$which.json"
+    "${BENCH[@]}" --json 2> "$OUT/bench_$which.log" | tail -n 1 > "$OUT/bench_$which.json" \
+    || { echo "bench of the $which draft failed:"; tail -n 5 "$OUT/bench_$which.log"; exit 1; }
 done
 python3 - "$OUT" "$made" "$REPLIES" <<'PY'
 import json

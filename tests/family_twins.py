@@ -50,6 +50,11 @@ FAMILIES = {
     "gpt_oss": ("gpt-oss 20b/120b", tf.GptOssConfig, tf.GptOssForCausalLM,
                 _common(sliding_window=WINDOW, num_local_experts=4, num_experts_per_tok=2,
                         layer_types=["sliding_attention", "full_attention"] * 2)),
+    "deepseek_v3": ("Kimi-K2.5's text model (DeepSeek-V3: latent attention, MoE)", tf.DeepseekV3Config,
+                    tf.DeepseekV3ForCausalLM,
+                    _common(head_dim=8, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8,
+                            qk_nope_head_dim=16, v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2,
+                            moe_intermediate_size=32, first_k_dense_replace=1, n_group=1, topk_group=1)),
     "mimo_v2_flash": ("MiMo-V2-Flash / V2.5", tf.MiMoV2FlashConfig, tf.MiMoV2FlashForCausalLM,
                       _common(sliding_window=WINDOW)),
 }

@@ -241,3 +241,33 @@ def test_a_draft_made_for_a_target_with_rope_per_layer_kind_takes_the_full_layer
     rope = new_draft_config(target.config, 1, 8, target.config.vocab_size - 1).rope_parameters
     assert rope["rope_theta"] == target.config.rope_parameters["full_attention"]["rope_theta"]
     assert not any(isinstance(value, dict) for value in rope.values())
+
+
+def multimodal_packaging(name):
+    """Qwen3.5 / 3.6 and Gemma 3 checkpoints are published as vision-language models (a text
+    config inside a composite one): a twin saved that way, with a one-layer vision tower."""
+    torch.manual_seed(0)
+    text = {**FAMILIES[name][3]}
+    if name == "qwen3_5":
+        vision = dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64)
+        return tf.Qwen3_5ForConditionalGeneration(tf.Qwen3_5Config(text_config=text, vision_config=vision))
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14)
+    return tf.Gemma3ForConditionalGeneration(tf.Gemma3Config(text_config=text, vision_config=vision,
+                                                             mm_tokens_per_image=4))
+
+
+@pytest.mark.parametrize("name", ["qwen3_5", "gemma3"])
+def test_a_target_published_as_a_vision_language_checkpoint_loads_and_decodes_like_plain(name, tmp_path):
+    from engine import loading
+    from tests.tiny_models import tiny_tokenizer
+
+    multimodal_packaging(name).eval().save_pretrained(tmp_path, safe_serialization=True)
+    tiny_tokenizer().save_pretrained(tmp_path)
+    target, _ = loading.load_target(tmp_path, torch.device("cpu"), torch.float32)
+    with torch.no_grad():
+        target.get_output_embeddings().weight.mul_(8.0)  # clear greedy winners, as family_twin does
+    reference = plain_greedy(target, PROMPT, 24)
+    draft = tiny_draft(target, block_size=8)
+    events = decode(target, draft, 8, max_new_tokens=24)
+    assert list(events[-1].token_ids) == reference

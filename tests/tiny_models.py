@@ -29,7 +29,7 @@ def tiny_target(seed: int = 0, layers: int = 4, hidden: int = 64, vocab: int = V
 def tiny_draft(target, seed: int = 1, layers: int = 1, block_size: int = 8, sliding_window: int | None = None,
                target_layer_ids=None) -> DFlashDraftModel:
     torch.manual_seed(seed)
-    mask_id = target.config.vocab_size - 1  # the last embedding row
+    mask_id = target.config.get_text_config().vocab_size - 1  # the last embedding row
     config = new_draft_config(target.config, layers, block_size, mask_id, target_layer_ids=target_layer_ids)
     if sliding_window is not None:
         config.layer_types = ["sliding_attention"] * layers

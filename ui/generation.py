@@ -48,7 +48,7 @@ def stream_reply(ctx: UIContext, request: GenerationRequest) -> Iterator[ReplyUp
     except BaseException:
         ctx.forget_cancel(request.session_id, cancel)
         raise
-    job.add_done_callback(lambda _: ctx.forget_cancel(request.session_id, cancel))  # also if it never ran
+    job.add_done_callback(lambda finished: _after_job(ctx, request, cancel, out, finished))
     engine = ctx.engines.engine
     trace = ReplyTrace.for_engine(capabilities_of(engine).kind if engine is not None else None)
     update = ReplyUpdate(trace, "waiting")
@@ -94,6 +94,17 @@ def stream_reply(ctx: UIContext, request: GenerationRequest) -> Iterator[ReplyUp
             update.cycles_added = 0
         else:
             withheld = True
+
+
+def _after_job(ctx: UIContext, request: GenerationRequest, cancel, out: queue.Queue, job) -> None:
+    """Forget the cancel flag, also when the job never ran; a job that failed or was cancelled
+    before ``record_reply`` ran (an unknown model, the worker shut down) never sent DONE, so the
+    stream gets its reason and DONE here (extra items after a DONE already sent are never read)."""
+    ctx.forget_cancel(request.session_id, cancel)
+    failure = "the engine worker stopped before it ran this request" if job.cancelled() else job.exception()
+    if failure is not None:
+        out.put(("error", failure if isinstance(failure, str) else f"{type(failure).__name__}: {failure}"))
+        out.put(DONE)
 
 
 def _apply(update: ReplyUpdate, item: tuple) -> None:

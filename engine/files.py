@@ -5,6 +5,7 @@ half file where a good one was, because a resume or an import would then read it
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,9 @@ def write_atomically(path: Path | str, write: Callable[[Path], None]) -> None:
     temporary = Path(name)
     try:
         write(temporary)
+        # mkstemp makes the file private (0600); the file keeps the mode it had, or gets what
+        # open() would give a new one (others read shared replays and exports)
+        os.chmod(temporary, stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o666 & ~_umask())
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
@@ -28,3 +32,17 @@ def write_atomically(path: Path | str, write: Callable[[Path], None]) -> None:
 
 def write_text_atomically(path: Path | str, text: str) -> None:
     write_atomically(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (/proc), else by
+    setting it and putting it straight back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

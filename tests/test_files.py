@@ -38,3 +38,23 @@ def test_training_checkpoints_and_summaries_use_it(tmp_path):
     write_json(tmp_path / "summary.json", {"tau": 3.2})
     assert json.loads((tmp_path / "summary.json").read_text()) == {"tau": 3.2}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt", "summary.json"]
+
+
+def test_a_new_file_gets_the_usual_permissions_and_a_replaced_one_keeps_its_own(tmp_path):
+    """A shared replay or an export is read by others (a web server, a colleague): a new file is
+    made as ``open()`` makes it (0666 less the umask), not private like a temporary file."""
+    import os
+    import stat
+
+    before = os.umask(0o022)
+    try:
+        fresh = tmp_path / "replay.html"
+        write_text_atomically(fresh, "<!DOCTYPE html>")
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o644
+        kept = tmp_path / "private.json"
+        kept.write_text("{}")
+        kept.chmod(0o600)
+        write_text_atomically(kept, "[]")
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    finally:
+        os.umask(before)

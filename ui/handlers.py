@@ -532,11 +532,6 @@ def _title(text: str) -> str:
     return (line[: TITLE_CHARS - 1] + "…") if len(line) > TITLE_CHARS else (line or "New session")
 
 
-def _chat_prompt(messages: list[dict]) -> list[dict]:
-    return [{"role": m["role"], "content": m["content"]} for m in messages
-            if m["kind"] == "chat" and m["role"] in ("user", "assistant") and m["content"]]
-
-
 def refusal_text(exc: Exception) -> str:
     """A named engine refusal in words that fit the page."""
     if isinstance(exc, PromptTooLongError):

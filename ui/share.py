@@ -14,6 +14,7 @@ stop string cut keeps only the part of its last tokens the user got.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from engine.fallback import VERIFY_STEPS_PRIOR
@@ -113,7 +114,7 @@ def frame_tokens(content: str, cycles: list[dict]) -> list[list[ShownToken]]:
 
     def keep(text: str, origin: str, slot: int) -> ShownToken | None:
         nonlocal position
-        same = _common_prefix(text, content[position:])
+        same = _common_prefix(text, content[position:position + len(text)])
         if same == 0:
             return None
         position += same
@@ -141,12 +142,7 @@ def frame_tokens(content: str, cycles: list[dict]) -> list[list[ShownToken]]:
 
 
 def _common_prefix(a: str, b: str) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    return len(os.path.commonprefix((a, b)))
 
 
 def _prefill_text(content: str, cycles: list[dict]) -> str:

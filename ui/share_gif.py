@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageDraw, ImageFont
 
+from .teach_render import VERDICT_MARK
+
 MAX_WIDTH = 1280
 MAX_BYTES = 8 * 1024 * 1024
 WIDTH, HEIGHT = 960, 600
@@ -29,7 +31,6 @@ ACC, ACC_BG = (0, 121, 90), (214, 240, 231)
 BON, BON_BG = (0, 97, 160), (218, 233, 245)
 REJ, REJ_BG = (179, 71, 0), (250, 229, 214)
 NOW = (230, 159, 0)
-MARKS = {"anchor": "⚓", "accepted": "✓", "rejected": "✗", "unverified": "·", "bonus": "★"}
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def _slots(draw, fonts: Fonts, frame: dict, top: int) -> int:
             draw.line((x + 5, top + 30, x + 5 + length, top + 30), fill=REJ, width=2)
         if verdict == "accepted":
             draw.line((x + 5, top + 39, x + 5 + length, top + 39), fill=ACC, width=2)
-        draw.text((x + width - 17, top + 20), MARKS[verdict], font=fonts.mono, fill=edge)
+        draw.text((x + width - 17, top + 20), VERDICT_MARK[verdict], font=fonts.mono, fill=edge)
         x += width + 6
     return top + 56
 

@@ -9,7 +9,6 @@ is why it is measured once per engine and reused.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 import torch

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from engine.config import FallbackConfig, SamplingConfig
 from engine.prompts import fit_request

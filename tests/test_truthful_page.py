@@ -4,7 +4,6 @@ settings come from, one speed story, readable defaults, one-line errors and righ
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

@@ -210,6 +210,19 @@ def test_compare_says_why_its_measurement_differs_from_the_estimate():
     assert "agree within the estimate&#x27;s ±15%" in html
 
 
+def test_compare_without_a_measurable_cycle_time_shows_the_runs_without_a_story():
+    """A DFlash run whose cycles all carry the same timestamp (timings too coarse to tell them
+    apart) has no cycle cost to compare with the estimate: no story, and no crash."""
+    from ui.teach_compare import Comparison
+    from ui.teach_render import compare_html
+
+    plain = run_of("plain decoding", 10.0, 10.0, [1] * 60, 100.0)
+    instant = run_of("DFlash (re-run now)", 10.0, 0.0, [5] * 12, 176.0)
+    html = compare_html(Comparison(run_of("stored reply", 10.0, 20.0, [5] * 12, 179.0), plain, instant, 0.0),
+                        estimate={"speedup": 1.79, "tau": 5.0, "steps": 2.79})
+    assert "plain decoding" in html and "in the decode loop" not in html
+
+
 # ---------------------------------------------------------------------------- charts
 
 

@@ -72,7 +72,7 @@ def compare_story(estimate: dict | None, comparison) -> str:
         return ""
     plain_ms, plain_steps, _ = plain
     cycle_ms, cycles, tokens = dflash
-    if plain_ms <= 0 or cycles == 0:
+    if plain_ms <= 0 or cycles == 0 or cycle_ms <= 0:  # no time to divide by: no story to tell
         return ""
     step_ms = plain_ms / plain_steps
     tau_now, steps_now = tokens / cycles, (cycle_ms / cycles) / step_ms

@@ -493,3 +493,24 @@ def test_the_tab_builds_inside_and_outside_a_tab(ctx):
     assert outside["chat_session"] is None
     assert any(dep.get("trigger_after") is None and any(t[1] == "load" for t in dep.get("targets", []))
                for dep in bare.config["dependencies"])
+
+
+def test_reply_prompt_leaves_out_the_turns_another_model_answered():
+    """After a model change the app sends the new model only its own turns; Compare and Teach rebuild
+    that prompt, not the whole history (else plain decoding answers another prompt and Compare reports
+    a different output for a reply DFlash decoded correctly)."""
+    def message(seq, role, content, model=""):
+        return {"id": seq, "seq": seq, "role": role, "kind": "chat", "content": content, "model": model,
+                "settings": {"model": model} if model else {}}
+
+    messages = [message(1, "user", "write add"), message(2, "assistant", "def add(a, b): ...", "tiny-coder"),
+                message(3, "user", "write is_even"), message(4, "assistant", "class Tk: pass", "tiny-coder-fast"),
+                message(5, "user", "and is_odd"), message(6, "assistant", "def is_odd(n): ...", "tiny-coder")]
+    assert reply_prompt(messages, messages[3]) == ([{"role": "user", "content": "write is_even"}], False)
+    assert reply_prompt(messages, messages[5])[0] == [
+        {"role": "user", "content": "write add"}, {"role": "assistant", "content": "def add(a, b): ..."},
+        {"role": "user", "content": "and is_odd"}]
+    older_name = {"tiny-coder (embedded)": "tiny-coder-fast"}  # a pair stored under its older name
+    messages[1]["model"] = messages[1]["settings"]["model"] = "tiny-coder (embedded)"
+    prompt, _ = reply_prompt(messages, messages[3], lambda name: older_name.get(name, name))
+    assert [m["content"] for m in prompt] == ["write add", "def add(a, b): ...", "write is_even"]

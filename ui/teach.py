@@ -279,7 +279,7 @@ def prepare_comparison(ctx: UIContext, message_id) -> tuple[dict, list[dict], ob
     if message["status"] == "streaming":
         raise refused("This reply is still being generated.")
     try:
-        prompt, raw = reply_prompt(messages, message)
+        prompt, raw = reply_prompt(messages, message, lambda name: ctx.engines.resolve(name) or name)
     except ValueError as exc:
         raise refused(f"Cannot compare: {exc}") from None
     return message, cycles, prompt, raw

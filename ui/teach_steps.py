@@ -10,7 +10,7 @@ the cache bookkeeping and a plain-language caption. No gradio, no torch: the ren
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Callable, Literal
 
 from engine.prompts import heal_code_prompt
 
@@ -282,15 +282,35 @@ def reply_numbers(steps: list[TeachStep]) -> ReplyNumbers:
 # ---------------------------------------------------------------------------- prompts
 
 
-def reply_prompt(messages: list[dict], reply: dict) -> tuple[object, bool]:
+def stored_model_name(message: dict) -> str:
+    """The model name stored with a message ("" for one stored before messages named theirs)."""
+    return str((message.get("settings") or {}).get("model") or message.get("model") or "")
+
+
+def reply_prompt(messages: list[dict], reply: dict,
+                 model_key: Callable[[str], str] = lambda name: name) -> tuple[object, bool]:
     """The prompt a stored reply answered, as the app sent it: (prompt, raw). A "complete" reply
-    continues the user's code as raw text; a chat reply sees the chat history before it."""
+    continues the user's code as raw text; a chat reply sees the chat history before it, less the
+    turns another model answered (the app sends each model only its own turns). ``model_key`` maps
+    a stored model name to its pair, so an older name of the same pair counts as the same model."""
     before = [m for m in messages if m["seq"] < reply["seq"]]
     users = [m for m in before if m["role"] == "user"]
     if not users:
         raise ValueError("this reply has no user message before it")
     if reply.get("kind") == "complete" or users[-1].get("kind") == "complete":
         return heal_code_prompt(users[-1]["content"]), True
-    history = [{"role": m["role"], "content": m["content"]} for m in before
-               if m.get("kind", "chat") == "chat" and m["role"] in ("user", "assistant") and m["content"]]
+    own = model_key(stored_model_name(reply))
+    kept: list[dict] = []
+    asked: list[dict] = []
+    for m in before:
+        if m.get("kind", "chat") != "chat":
+            continue
+        if m["role"] == "user":
+            asked.append(m)
+        elif m["role"] == "assistant":
+            if model_key(stored_model_name(m)) == own:
+                kept.extend([*asked, m])
+            asked = []
+    kept.extend(asked)
+    history = [{"role": m["role"], "content": m["content"]} for m in kept if m["content"]]
     return history, False

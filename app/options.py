@@ -11,7 +11,7 @@ from engine.config import PROPOSALS, EngineConfig, FallbackConfig, SamplingConfi
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
     group.add_argument("--target", metavar="DIR|REPO", help="target model (default: tiny-coder, the shipped pair that answers requests)")
-    group.add_argument("--draft", metavar="DIR|REPO", help="DFlash draft (z-lab format; REPO/SUBFOLDER allowed)")
+    group.add_argument("--draft", metavar="DIR|REPO", help="DFlash draft (z-lab format; REPO/SUBFOLDER and @REVISION allowed)")
     group.add_argument("--device", help="cpu, cuda, cuda:1 … (default: cuda if available)")
     group.add_argument("--dtype", help="float32, bfloat16, float16 (default: bfloat16 on cuda, float32 on cpu)")
     group.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 for small models on CPU)")

@@ -78,4 +78,4 @@ class FallbackConfig:
     probe_cycles: int = 2
     measure_plain_step: bool = True  # the second cycle is one plain step: measures the cost unit
     min_cycles_before_switch: int = 4
-    preset: str | None = None  # "code" | "math" | "agent": the seeds' fixed tau thresholds
+    preset: str | None = None  # "code" | "math" | "agent": a fixed tau threshold per kind of task

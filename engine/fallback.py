@@ -337,7 +337,7 @@ class AdaptivePolicy:
         """The block the rule wants among ``allowed`` (descending), given the ``current`` mode."""
         if self.threshold is None:
             return self._fastest(allowed, current)
-        # Preset: the seeds' tau threshold decides full or not; the cost model picks reduced/off.
+        # Preset: the kind of task's tau threshold decides full or not; the cost model picks reduced/off.
         if self.full in allowed:
             tau_full = self.stats.tau(self.full)
             if tau_full is not None and tau_full[0] >= self.threshold:

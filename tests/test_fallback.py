@@ -242,7 +242,7 @@ def test_probes_can_be_disabled():
     assert changes(trace) == [(8, 4)]
 
 
-# --- presets (the seeds' simple rule) ----------------------------------------------------------
+# --- presets (a fixed tau threshold per kind of task) ----------------------------------------
 
 
 @pytest.mark.parametrize(

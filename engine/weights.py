@@ -39,7 +39,8 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
 def safetensors_files(directory: Path, what: str) -> list[Path]:
     """The ``*.safetensors`` files of a checkpoint folder; a folder with only pickle weights (or
-    none) is refused: DFlash Studio never unpickles (loading a pickle can run any code)."""
+    none) is refused: weights are never unpickled (loading a pickle can run any code). The one
+    .pt file read is a MiMo draft's small mask embedding, with ``weights_only`` (engine.draft_files)."""
     files = sorted(directory.glob("*.safetensors")) if directory.is_dir() else []
     if files:
         return files

@@ -5,6 +5,8 @@ session. FakeEngines stand in for the shipped pairs."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from app.config import AppConfig
@@ -40,6 +42,8 @@ def test_the_header_names_the_pair_and_what_it_is_for_not_its_folder():
                       {"mypair": engine})
     header = m.model_status_html(ctx)
     assert "<b>mypair</b>" in header and "answers simple requests" in header and "<b>target</b>" not in header
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", header)).strip()
+    assert text == "● mypair — answers simple requests · cpu · float32 · block 8"  # what it is for · how it runs
     ctx.engines.shutdown()
 
 

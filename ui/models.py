@@ -120,12 +120,13 @@ def model_status_html(ctx: UIContext, page_key: str | None = None) -> str:
                 f'Loading <b>{esc(status.model_key)}</b>: {esc(status.message)}'
                 f'<div class="bar"><div style="width:{pct * 100:.0f}%"></div></div></div>')
     hint = _hint(ctx, shown)
+    sep = "· " if hint else ""  # the hint and how the pair runs read as one line, not run together
     parts = []
     state = "ready" if engine is not None else "failed"
     if engine is not None and shown != loaded:
         state = "on-send"
-        parts.append(f'<span class="idle">○</span> <b>{esc(shown)}</b>{hint} <span class="detail">loads when you '
-                     f'send ({esc(loaded)} is loaded now)</span>')
+        parts.append(f'<span class="idle">○</span> <b>{esc(shown)}</b>{hint} <span class="detail">{sep}loads when '
+                     f'you send ({esc(loaded)} is loaded now)</span>')
     elif engine is not None:
         info = {}
         try:
@@ -134,7 +135,7 @@ def model_status_html(ctx: UIContext, page_key: str | None = None) -> str:
             pass
         detail = " · ".join(str(x) for x in (info.get("device"), info.get("dtype"),
                                               f"block {engine.block_size}" if engine.speculative else "no draft") if x)
-        parts.append(f'<span class="ok">●</span> <b>{esc(loaded)}</b>{hint} <span class="detail">{esc(detail)}</span>')
+        parts.append(f'<span class="ok">●</span> <b>{esc(loaded)}</b>{hint} <span class="detail">{sep}{esc(detail)}</span>')
     if status.error:
         parts.append(f'<span class="model-error">⚠ {esc(status.error)}</span>')
     if not parts:

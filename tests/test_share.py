@@ -22,9 +22,10 @@ from storage import SessionStore
 from tests.fake_engine import DEFAULT_TEXT
 from tests.share_helpers import record_events, store_fake_reply
 from tests.xss_corpus import corpus
-from ui.share import ShareError, frame_tokens, load_share, replay_document
+from ui.share import ShareError, ShareReply, frame_tokens, load_share, replay_document
 from ui.share_gif import HOLD_MS, MAX_WIDTH, replay_gif
 from ui.share_page import PAGE_BUDGET, replay_html
+from ui.teach_steps import build_steps, reply_numbers
 
 EVIL = '</script><script>window.__xss=1</script><img src=x onerror=alert(1)> & "quotes" \u2028 <!-- -->'
 
@@ -121,6 +122,19 @@ def test_a_reply_cut_by_a_stop_string_still_reads_exactly_as_stored():
     frames = frame_tokens("\ndef f(x): pass", cycles[:1])
     assert "".join(t.text for f in frames for t in f if t.origin != "rejected") == "\ndef f(x): pass"
     assert frames[-1][-1].extra
+
+
+def test_the_token_count_in_each_frame_is_the_model_tokens_teach_and_the_stats_count():
+    """A kept token with no text (the end-of-text token that ends the reply) still took the target's
+    work: the replay counts it as Teach and the stats do, and plain decoding needs one pass per token."""
+    cycles = [{"index": 1, "block_size": 4, "accepted": 2, "emitted_pieces": ["de", "f f", "(x"],
+               "rejected_pieces": ["oo"]},
+              {"index": 2, "block_size": 4, "accepted": 2, "emitted_pieces": ["):", "\n", "<|end|>"],
+               "rejected_pieces": []}]
+    message = {"id": 1, "seq": 2, "content": "\ndef f(x):\n", "new_tokens": 7, "settings": {}, "status": "complete"}
+    doc = replay_document(ShareReply("a reply", "fake-coder", message, "write f", cycles, None))
+    numbers = reply_numbers(build_steps(message["content"], cycles))
+    assert [f["n"] for f in doc["frames"]] == [1, 4, 7] and numbers.new_tokens == 7 == message["new_tokens"]
 
 
 # ============================================================================ safety

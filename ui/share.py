@@ -265,12 +265,12 @@ def replay_document(share: ShareReply, keep_top: bool = True) -> dict:
     speed = cycle_costs(trace, share.comparison)
     running = speed.running([s.tau for s in steps])
     first = "".join(t.text for t in tokens[0])
+    produced = 1 if content or share.cycles else 0  # the prefill writes the reply's first token
     frames = [{"i": 0, "b": 0, "a": 0, "tau": 0, "anchor": "", "slots": [], "bonus": None,
                "tok": [[t.text, t.origin, t.slot] for t in tokens[0]], "cap": prefill_caption(share, first),
-               "draft_ms": 0, "verify_ms": 0, "cache": "", "fb": "", "speed": None, "n": len(tokens[0])}]
-    produced = len(tokens[0])
+               "draft_ms": 0, "verify_ms": 0, "cache": "", "fb": "", "speed": None, "n": produced}]
     for step, shown, running_speed in zip(steps, tokens[1:], running):
-        produced += sum(1 for t in shown if t.origin != "rejected")
+        produced += step.tau  # model tokens, as Teach and the stats count them (an end token has no text)
         frames.append(_frame(step, shown, running_speed, produced, keep_top))
     return {
         "title": share.session_title, "seq": message.get("seq"), "prompt": _cut(share.prompt, PROMPT_CHARS),

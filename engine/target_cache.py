@@ -48,7 +48,7 @@ def layer_caches(target) -> list:
 
 
 # Where a decoder layer keeps its linear-attention mixer, for the mixers proven to recompute
-# exactly (Gated DeltaNet: Qwen3.5, Qwen3.6, Qwen3-Next). A mixer is called as
+# exactly (Gated DeltaNet: Qwen3.5, Qwen3.6, Qwen3-Next, OLMo hybrid). A mixer is called as
 # ``mixer(hidden_states=..., cache_params=cache, attention_mask=...)``.
 LINEAR_MIXERS = ("linear_attn",)
 

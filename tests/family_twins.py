@@ -44,6 +44,8 @@ FAMILIES = {
                     _linear_attention(shared_expert_intermediate_size=32, **_MOE)),
     "qwen3_next": ("Qwen3-Next, Qwen3-Coder-Next", tf.Qwen3NextConfig, tf.Qwen3NextForCausalLM,
                    _linear_attention(shared_expert_intermediate_size=32, decoder_sparse_step=1, **_MOE)),
+    "olmo_hybrid": ("OLMo hybrid (Gated DeltaNet + attention)", tf.OlmoHybridConfig, tf.OlmoHybridForCausalLM,
+                    _linear_attention(num_key_value_heads=4)),
     "gemma3": ("Gemma 3", tf.Gemma3TextConfig, tf.Gemma3ForCausalLM,
                _common(sliding_window=WINDOW, final_logit_softcapping=30.0, query_pre_attn_scalar=16,
                        layer_types=["sliding_attention"] * 3 + ["full_attention"])),

@@ -149,6 +149,8 @@ def show_session(args: argparse.Namespace) -> int:
               + (f" · {stats['tokens_per_s']:.1f} tok/s" if stats["tokens_per_s"] else ""))
     for message in messages:
         header = [f"[{message['seq']}] {message['role']}", message["status"]]
+        if message["role"] == "assistant" and message["model"] and message["model"] != session["model"]:
+            header.append(f"by {message['model']}")  # the session's model changed after this reply
         if message["id"] in replies and _reply_summary(replies[message["id"]]):
             header.append(_reply_summary(replies[message["id"]]))
         if message["error"]:

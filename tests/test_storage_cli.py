@@ -197,3 +197,20 @@ def test_show_counts_a_replys_tokens_as_the_page_does(capsys, tmp_path):
             writer.finish("complete", stats={"new_tokens": 13, "tokens_per_s": 10.0})  # + the prefill token
     out = run(capsys, "sessions", "show", str(session), "--db", str(path))[1]
     assert "13 tokens in 3 cycles" in out  # the chat's footer says 13 too (the prefill token included)
+
+
+def test_show_names_the_model_of_each_reply_another_model_made(capsys, tmp_path, monkeypatch):
+    """A session whose model changed keeps the newer name; the older replies say who wrote them."""
+    monkeypatch.delenv("DFLASH_STUDIO_DB", raising=False)
+    path = tmp_path / "sessions.db"
+    with SessionStore(path) as store:
+        session = store.create_session("Vowels", model="tiny-coder")
+        for model, text in (("tiny-coder", "def count_vowels(s): ..."), ("tiny-coder-fast", "class Tk: pass")):
+            store.add_message(session, "user", "write it")
+            reply = store.start_reply(session, model=model)
+            store.update_message(reply, content=text, status="complete")
+        store.update_session_model(session, "tiny-coder-fast")
+    code, out, _ = run(capsys, "sessions", "show", str(session), "--db", str(path))
+    assert code == 0 and "model tiny-coder-fast · 4 messages" in out
+    assert "[2] assistant · complete · by tiny-coder\ndef count_vowels(s): ...\n" in out
+    assert "[4] assistant · complete\nclass Tk: pass\n" in out

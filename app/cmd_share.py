@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from engine.files import write_atomically, write_text_atomically
+from engine.shipped import SHIPPED_PAIRS, pair_dirs
 from storage import SessionStore, default_db_path
 
 from .options import add_model_options, open_engine
@@ -67,6 +68,20 @@ def share_reply(args: argparse.Namespace) -> int:
     return 0
 
 
+def reply_pair(args: argparse.Namespace, message: dict) -> tuple[argparse.Namespace, str]:
+    """Without --target/--draft, the shipped pair that made the reply (by its name or an older
+    one): another pair answers another text, and the race would report a different output."""
+    name = str((message.get("settings") or {}).get("model") or message.get("model") or "")
+    if args.target or args.draft or getattr(args, "engine", "local") != "local" or not name:
+        return args, ""
+    for pair in SHIPPED_PAIRS:
+        if name == pair.name or name in pair.aliases:
+            target, draft = pair_dirs(pair)
+            if target.is_dir() and draft.is_dir():
+                return argparse.Namespace(**{**vars(args), "target": str(target), "draft": str(draft)}), pair.name
+    return args, ""
+
+
 def race_now(args: argparse.Namespace, store: SessionStore, share) -> None:
     """Compare on the engine now (plain decoding, then DFlash) and keep the result with the reply."""
     from ui.share import ShareError
@@ -74,7 +89,8 @@ def race_now(args: argparse.Namespace, store: SessionStore, share) -> None:
 
     message = share.message
     messages = store.get_messages(message["session_id"])
-    print("racing: plain decoding, then DFlash, on the engine…", file=sys.stderr)
+    args, pair = reply_pair(args, message)
+    print(f"racing: plain decoding, then DFlash, on {pair or 'the engine'}…", file=sys.stderr)
     engine = open_engine(args)
     try:
         comparison = compare_stored_reply(engine, message, messages, share.cycles)

@@ -267,6 +267,32 @@ def test_sessions_share_writes_the_page_and_the_gif(capsys, tmp_path):
 
 
 @pytest.mark.slow
+def test_sessions_share_race_runs_on_the_pair_that_made_the_reply(capsys, tmp_path):
+    """A reply of the speed-demo pair races on that pair, not on the default one (which answers
+    another text, so the race said 'different output' and replaced the stored comparison)."""
+    from engine.shipped import SHIPPED_PAIRS, pair_dirs
+
+    fast = next(pair for pair in SHIPPED_PAIRS if pair.name == "tiny-coder-fast")
+    target, draft = pair_dirs(fast)
+    path = tmp_path / "sessions.db"
+    code_prompt = "def gcd(a, b):\n"
+    engine = Engine.load(EngineConfig(target=str(target), draft=str(draft)))
+    try:
+        with SessionStore(path) as store:
+            session_id = store.create_session("gcd", model=fast.name)
+            store.add_message(session_id, "user", code_prompt, kind="complete")
+            settings = {"temperature": 0.0, "max_new_tokens": 24, "fallback": False, "engine": "local",
+                        "model": fast.name}
+            reply = store.start_reply(session_id, model=fast.name, settings=settings, kind="complete")
+            ids = engine.encode(heal_code_prompt(code_prompt), raw=True)
+            record_events(store, reply, engine.generate(ids, SamplingConfig(max_new_tokens=24), FallbackConfig()))
+    finally:
+        engine.close()
+    code, err = run(capsys, "sessions", "share", session_id, "--db", path, "-o", tmp_path / "race.html", "--race")
+    assert code == 0 and "raced: identical output" in err and "on tiny-coder-fast" in err, err
+
+
+@pytest.mark.slow
 def test_sessions_share_race_runs_compare_on_the_embedded_model(capsys, tmp_path):
     path = tmp_path / "sessions.db"
     code_prompt = "def gcd(a, b):\n"

@@ -145,7 +145,8 @@ def show_session(args: argparse.Namespace) -> int:
           f"created {session['created_at'][:19].replace('T', ' ')} · "
           f"updated {session['updated_at'][:19].replace('T', ' ')}")
     if stats["cycles"]:
-        print(f"{stats['tokens']} tokens in {stats['cycles']} cycles · mean τ {stats['mean_tau']:.2f}"
+        tokens = sum(reply.get("new_tokens") or reply["tokens"] for reply in stats["replies"] if reply["cycles"])
+        print(f"{tokens} tokens in {stats['cycles']} cycles · mean τ {stats['mean_tau']:.2f}"  # as its replies count
               + (f" · {stats['tokens_per_s']:.1f} tok/s" if stats["tokens_per_s"] else ""))
     for message in messages:
         header = [f"[{message['seq']}] {message['role']}", message["status"]]

@@ -197,6 +197,7 @@ def test_show_counts_a_replys_tokens_as_the_page_does(capsys, tmp_path):
             writer.finish("complete", stats={"new_tokens": 13, "tokens_per_s": 10.0})  # + the prefill token
     out = run(capsys, "sessions", "show", str(session), "--db", str(path))[1]
     assert "13 tokens in 3 cycles" in out  # the chat's footer says 13 too (the prefill token included)
+    assert out.splitlines()[2].startswith("13 tokens in 3 cycles")  # and so does the session's total
 
 
 def test_show_names_the_model_of_each_reply_another_model_made(capsys, tmp_path, monkeypatch):

@@ -90,3 +90,15 @@ def test_corpus_listing_never_enters_skipped_folders(tmp_path):
         (tmp_path / rel).write_text("x = 1\n")
     (tmp_path / "empty.py").write_text("")
     assert [p.relative_to(tmp_path).as_posix() for p in list_source_files(tmp_path)] == ["ok.py", "pkg/mod.py"]
+
+
+def test_corpus_listing_lists_each_file_once_past_linked_folders(tmp_path):
+    """A linked folder (a venv's lib64 -> lib, a link back up the tree) is not followed, as a
+    recursive glob does not follow it: each file once, and a link cycle cannot loop."""
+    from engine.training.corpus import list_source_files
+
+    (tmp_path / "lib" / "pkg").mkdir(parents=True)
+    (tmp_path / "lib" / "pkg" / "mod.py").write_text("x = 1\n")
+    (tmp_path / "lib64").symlink_to(tmp_path / "lib", target_is_directory=True)
+    (tmp_path / "lib" / "pkg" / "up").symlink_to(tmp_path, target_is_directory=True)
+    assert [p.relative_to(tmp_path).as_posix() for p in list_source_files(tmp_path)] == ["lib/pkg/mod.py"]

@@ -31,8 +31,10 @@ def list_source_files(root: Path | None = None, max_bytes: int = MAX_FILE_BYTES)
     root = Path(root) if root else stdlib_root()
     out = []
     # skipped directories are never entered: the standard library's site-packages alone can
-    # hold 50,000 files (torch), which a glob would walk before dropping them
-    for folder, dirs, names in os.walk(root, followlinks=True):
+    # hold 50,000 files (torch), which a glob would walk before dropping them. Linked folders are
+    # not followed (as a recursive glob does not): a venv's lib64 -> lib would list every file
+    # twice, and a link back up the tree would never end.
+    for folder, dirs, names in os.walk(root):
         dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith("test_")]
         for name in names:
             if not name.endswith(".py") or name.startswith("test_"):

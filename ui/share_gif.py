@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from PIL import Image, ImageDraw, ImageFont
 
 from .teach_render import VERDICT_MARK
+from .teach_steps import show_token
 
 MAX_WIDTH = 1280
 MAX_BYTES = 8 * 1024 * 1024
@@ -54,14 +55,6 @@ def _font(files: tuple[str, ...], size: int):
 def load_fonts() -> Fonts:
     return Fonts(_font(FONT_FILES, 15), _font(FONT_FILES, 12), _font(SANS_FILES, 15), _font(SANS_FILES, 20),
                  _font(SANS_FILES, 13))
-
-
-def _visible(text: str | None) -> str:
-    if text is None:
-        return "–"
-    if text == "":
-        return "∅"
-    return text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥")
 
 
 def _fit(draw: ImageDraw.ImageDraw, text: str, font, width: float) -> str:
@@ -119,7 +112,7 @@ def _slots(draw, fonts: Fonts, frame: dict, top: int) -> int:
                 draw.line((x + dx, top, x + dx + 4, top), fill=fill, width=2)
                 draw.line((x + dx, top + 48, x + dx + 4, top + 48), fill=fill, width=2)
         draw.text((x + 5, top + 2), _fit(draw, label, fonts.small, width - 10), font=fonts.small, fill=MUTED)
-        token = _fit(draw, _visible(text), fonts.mono, width - 26)
+        token = _fit(draw, show_token(text), fonts.mono, width - 26)
         colour = MUTED if verdict == "unverified" else FG
         draw.text((x + 5, top + 20), token, font=fonts.mono, fill=colour)
         length = draw.textlength(token, font=fonts.mono)

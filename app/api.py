@@ -34,6 +34,7 @@ from starlette.routing import Route
 from engine.errors import DFlashError, EmptyPromptError, PromptTooLongError
 from engine.events import Failed, Finished
 from engine.interface import capabilities_of
+from engine.shipped import name_slug
 from engine.stops import unsafe_tail
 
 from .api_render import Envelope, ReplyTally, error_body
@@ -71,7 +72,7 @@ def model_id(key: str) -> str:
     or, for a key with other characters, a slug ('vLLM at http://h:8000' -> 'vllm-at-http-h-8000')."""
     if re.fullmatch(r"[A-Za-z0-9._+-]+", key):
         return key
-    return re.sub(r"[^A-Za-z0-9._+-]+", "-", key).strip("-").lower() or "model"
+    return name_slug(key) or "model"
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import Any, Callable  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.errors import CheckpointError  # noqa: E402
 from engine.events import LoadStatus  # noqa: E402
-from engine.shipped import DEFAULT_PAIR, SHIPPED_PAIRS, pair_dirs, pair_name  # noqa: E402
+from engine.shipped import DEFAULT_PAIR, SHIPPED_PAIRS, name_slug, pair_dirs, pair_name  # noqa: E402
 
 from .config import AppConfig  # noqa: E402
 from .netguard import GuardConfig, guard_middleware  # noqa: E402
@@ -114,11 +114,6 @@ def _unique(choices: list[ModelChoice]) -> list[ModelChoice]:
     return unique
 
 
-def model_id(name: str) -> str:
-    """A name as clients may have typed it: 'tiny-coder (embedded)' -> 'tiny-coder-embedded'."""
-    return re.sub(r"[^A-Za-z0-9._+-]+", "-", name).strip("-").lower()
-
-
 Loader = Callable[[ModelChoice, Callable[[float, str], None]], Any]
 
 
@@ -197,9 +192,9 @@ class EngineHost:
             return None
         if name in self.catalog:
             return name
-        wanted = model_id(name)
+        wanted = name_slug(name)
         for key, choice in self.catalog.items():
-            if name in choice.aliases or wanted in {model_id(n) for n in (key, *choice.aliases)}:
+            if name in choice.aliases or wanted in {name_slug(n) for n in (key, *choice.aliases)}:
                 return key
         return None
 

@@ -14,6 +14,7 @@ that stored sessions and editors' settings keep pointing at the pair that made t
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -97,3 +98,8 @@ def pair_name(target: str | Path, draft: str | Path | None = None, assets: Path 
     if other.lower().startswith(name.lower()):
         return other
     return f"{name}+{other}"
+
+
+def name_slug(name: str) -> str:
+    """A name as an API client may type it: 'tiny-coder (embedded)' -> 'tiny-coder-embedded'."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", name).strip("-").lower()

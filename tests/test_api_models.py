@@ -15,7 +15,8 @@ import pytest
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from app.config import AppConfig  # noqa: E402
-from app.wiring import available_models, build_studio, model_id  # noqa: E402
+from app.api import model_id  # noqa: E402
+from app.wiring import available_models, build_studio  # noqa: E402
 from engine.catalog import PUBLISHED_PAIRS  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from storage import SessionStore  # noqa: E402

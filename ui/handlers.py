@@ -332,10 +332,8 @@ def live_refresh(ctx: UIContext, session_id: int | None, query: str, seen: dict 
 
 
 def on_load(ctx: UIContext, remembered: int | None) -> dict:
-    """A fresh page: the session this browser showed last if it still exists, else the latest one
-    made on the page, else a new one; and the page's id (``page``, see ``respond``). A session an
-    editor made through the API is not opened by itself: its client's max_tokens and temperature
-    would become the page's settings for the next Send (it stays one click away in the list)."""
+    """A fresh page: the session this browser showed last if it still exists, else the latest;
+    and the page's id (``page``, see ``respond``)."""
     session_id = None
     if remembered is not None:
         try:
@@ -343,8 +341,8 @@ def on_load(ctx: UIContext, remembered: int | None) -> dict:
         except (*STORE_ERRORS, TypeError, ValueError, OverflowError):  # the browser's state is client data
             session_id = None
     if session_id is None:
-        made_here = [s for s in ctx.store.list_sessions() if (s.get("settings") or {}).get("source") != "api"]
-        session_id = made_here[0]["id"] if made_here else None
+        latest = ctx.store.list_sessions(limit=1)
+        session_id = latest[0]["id"] if latest else None
     return {**session_view(ctx, session_id), "page": secrets.token_hex(8)}
 
 

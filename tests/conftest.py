@@ -34,3 +34,23 @@ def local_engine():
     from engine.runtime import Engine
 
     return Engine.load(EngineConfig())
+
+
+@pytest.fixture
+def engine():
+    """A scriptable FakeEngine (tests.fake_engine) for the page's handler tests."""
+    from tests.fake_engine import FakeEngine
+
+    return FakeEngine()
+
+
+@pytest.fixture
+def ctx(engine):
+    """The page's context (store in memory + engine host) on ``engine``, loaded, closed after the test."""
+    from tests.fake_engine import fake_studio
+
+    ctx = fake_studio(engine, ui=False)
+    ctx.engines.start().result(timeout=10)
+    yield ctx
+    ctx.engines.shutdown()
+    ctx.store.close()

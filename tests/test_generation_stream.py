@@ -5,20 +5,8 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
 from engine.config import FallbackConfig, SamplingConfig
-from tests.fake_engine import FakeEngine, fake_studio
 from ui.generation import GenerationRequest, stream_reply
-
-
-@pytest.fixture
-def ctx():
-    ctx = fake_studio(FakeEngine(), ui=False)
-    ctx.engines.start().result(timeout=10)
-    yield ctx
-    ctx.engines.shutdown()
-    ctx.store.close()
 
 
 def request_on(model: str) -> GenerationRequest:

@@ -17,20 +17,6 @@ from ui import handlers as h
 CONTROLS = (8, 0.0, 1.0, 256, True, True)  # block size, temperature, top-p, max new tokens, fallback, show rejected
 
 
-@pytest.fixture
-def engine():
-    return FakeEngine()
-
-
-@pytest.fixture
-def ctx(engine):
-    ctx = fake_studio(engine, ui=False)
-    ctx.engines.start().result(timeout=10)
-    yield ctx
-    ctx.engines.shutdown()
-    ctx.store.close()
-
-
 def send(ctx, text, session_id=None, controls=CONTROLS):
     out = h.submit_prompt(ctx, session_id, text, *controls)
     return out["session"], out

@@ -209,3 +209,12 @@ def test_bare_code_with_a_prose_docstring_is_one_code_block_in_chat_teach_and_an
     assert reply_kind(reply) == "code"  # session analytics counts it as code
     assert not bare_code("Reverse it with slicing: that is the usual way to do it in Python today.\n")
     assert not bare_code("")
+
+
+def test_a_nul_in_model_text_stays_visible_on_the_page_and_in_a_shared_replay():
+    """An HTML parser drops a NUL from text, so a reply holding one would read shorter than it
+    is: the page and the replay file (one escaping helper) show it as U+FFFD."""
+    from ui import share_page
+
+    assert esc("a\x00<b>") == "a\ufffd&lt;b&gt;"
+    assert share_page.esc is esc

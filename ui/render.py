@@ -112,7 +112,8 @@ def bare_code(text: str) -> bool:
 
 
 def esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """Text for HTML; a NUL (which an HTML parser drops from text) shows as U+FFFD."""
+    return html.escape(str(text), quote=True).replace("\x00", "\ufffd")
 
 
 # ---------------------------------------------------------------------------- syntax colours

@@ -20,18 +20,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import html
 import json
+
+from .render import esc
 from .share import ShareReply, replay_document
 from .share_assets import REPLAY_CSS, REPLAY_JS
 
 PAGE_BUDGET = 950_000  # bytes: the draft's top-3 per slot are left out of a page that would be larger
 CHART_WIDTH, CHART_HEIGHT = 720, 120
-
-
-def esc(text: object) -> str:
-    """Text for HTML; a NUL (which an HTML parser drops from text) shows as U+FFFD."""
-    return html.escape(str(text), quote=True).replace("\x00", "\ufffd")
 
 
 def script_json(value) -> str:

@@ -315,3 +315,30 @@ def test_sessions_share_race_runs_compare_on_the_embedded_model(capsys, tmp_path
     assert race["identical"] and "".join(s[2] for s in race["plain"]["steps"]) == content
     with SessionStore(path, recover=False) as store:
         assert store.get_comparison(reply)["identical"] is True
+
+
+def test_the_teach_share_button_never_offers_a_half_written_page(store, tmp_path, monkeypatch):
+    """Teach rewrites the reply's page whenever the reply or its comparison changes, into one
+    folder every tab shares: a rewrite that fails midway (a full disk) must leave the page a
+    download reads whole, and no stray file behind."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from ui.teach_share import share_file
+
+    _, message_id = store_fake_reply(store)
+    folder = tmp_path / "share"
+    folder.mkdir()
+    share_file(SimpleNamespace(store=store), folder, message_id)
+    [page] = folder.iterdir()
+    whole = page.read_text(encoding="utf-8")
+
+    def half_then_full_disk(self, text, *args, **kwargs):
+        with open(self, "w", encoding="utf-8") as out:
+            out.write(text[: len(text) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", half_then_full_disk)
+    with pytest.raises(OSError):
+        share_file(SimpleNamespace(store=store), folder, message_id)
+    assert list(folder.iterdir()) == [page] and page.read_text(encoding="utf-8") == whole

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import gradio as gr
 
+from engine.files import write_atomically, write_text_atomically
+
 from .context import STORE_ERRORS, UIContext
 from .share import ShareError, load_share, replay_document
 from .share_gif import replay_gif
@@ -48,7 +50,7 @@ def share_file(ctx: UIContext, folder: Path, message_id) -> tuple:
     if share is None:
         return gr.DownloadButton(value=None, interactive=False), hidden_gif
     path = folder / f"{_stem(share)}.html"
-    path.write_text(replay_html(share), encoding="utf-8")
+    write_text_atomically(path, replay_html(share))  # another tab may be downloading the same file
     return gr.DownloadButton(value=str(path), interactive=True), hidden_gif
 
 
@@ -62,7 +64,7 @@ def gif_file(ctx: UIContext, folder: Path, message_id):
     except ShareError as exc:
         raise gr.Error(str(exc)) from None
     path = folder / f"{_stem(share)}.gif"
-    path.write_bytes(data)
+    write_atomically(path, lambda temp: temp.write_bytes(data))
     return gr.DownloadButton(GIF_LABEL + f" ({len(data) / 1e6:.1f} MB)", value=str(path), visible=True)
 
 

@@ -3,7 +3,7 @@ host's background loading, and sessions surviving a restart of the app."""
 
 from __future__ import annotations
 
-import time
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -114,18 +114,21 @@ def test_the_answering_pair_is_the_default_and_the_fast_pair_the_speed_demo():
 
 def test_the_model_loads_in_the_background_with_progress_and_a_failure_keeps_the_old_one():
     engine = FakeEngine()
+    halfway, release = threading.Event(), threading.Event()
 
     def loader(choice, progress):
         progress(0.5, "halfway")
-        time.sleep(0.3)
+        halfway.set()
+        release.wait(timeout=10)  # the test looks at the status while the load is held halfway
         if choice.key == "bad":
             raise InvalidRequestError("draft does not fit the target: vocabulary 100 ≠ 96")
         return engine
 
     host = EngineHost([ModelChoice("good", None, None), ModelChoice("bad", "t", "d")], loader)
     future = host.start()
-    time.sleep(0.1)
+    assert halfway.wait(timeout=10)
     assert (host.status().state, host.status().message, host.engine) == ("loading", "halfway", None)
+    release.set()
     assert future.result(timeout=5) is engine and host.status().state == "ready"
     with pytest.raises(InvalidRequestError):
         host.switch("bad").result(timeout=5)

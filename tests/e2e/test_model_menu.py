@@ -57,7 +57,7 @@ def test_menu_header_and_sessions_name_the_model_that_answers(browser, two_model
     wait_menu(page, "fake-coder")
     pick(page, "fake-fast")  # picked on a new page: it loads, and the next session is made with it
     header_model(page, "fake-fast", "ready")
-    page.click("#session-list label >> nth=1")  # the first session, then "+ New session" again
+    page.click("#session-list label >> nth=1")  # open the older chat in the list, then make a new one
     wait_menu(page, "fake-coder")
     page.click("#new-session")
     wait_menu(page, "fake-fast")  # a new session: the model that is loaded and answers

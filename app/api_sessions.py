@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from storage.records import API_SOURCE
+
 from .api_requests import ApiRequest
 
-SOURCE = "api"
 TITLE_PREFIX = "API · "
 TITLE_CHARS = 48
 COMPLETIONS_TITLE = "API · completions"
@@ -22,16 +23,12 @@ CANDIDATES = 20  # recent API sessions compared when looking for the conversatio
 COMPLETIONS_IDLE = timedelta(hours=1)
 
 
-def is_api_session(session: dict) -> bool:
-    return (session.get("settings") or {}).get("source") == SOURCE
-
-
 def reply_settings(request: ApiRequest, model_key: str, block_size: int, endpoint: str) -> dict:
     """Settings stored with the session and its messages: the page's controls show them, and
     the client's own parameters are kept as sent."""
     sampling = request.sampling
     settings = {
-        "source": SOURCE, "endpoint": endpoint, "model": model_key, "block_size": int(block_size),
+        "source": API_SOURCE, "endpoint": endpoint, "model": model_key, "block_size": int(block_size),
         "temperature": sampling.temperature, "top_p": sampling.top_p, "max_new_tokens": sampling.max_new_tokens,
         "fallback": request.fallback.enabled, "client": request.params,
     }
@@ -56,7 +53,7 @@ def find_conversation(store, messages: list[dict]) -> tuple[int, int] | None:
     """The recent API session whose messages are the start of ``messages`` (ending with a
     reply), and how many of them it already holds."""
     wanted = [(m["role"], m["content"]) for m in messages]
-    api_sessions = [s for s in store.list_sessions(limit=CANDIDATES * 5) if is_api_session(s)]
+    api_sessions = [s for s in store.list_sessions(limit=CANDIDATES * 5) if s.from_api]
     for session in api_sessions[:CANDIDATES]:
         if session["settings"].get("endpoint") != "chat.completions":
             continue
@@ -68,7 +65,7 @@ def find_conversation(store, messages: list[dict]) -> tuple[int, int] | None:
 
 def _recent_completions_session(store) -> int | None:
     for session in store.list_sessions(limit=CANDIDATES * 5):
-        if is_api_session(session) and session["settings"].get("endpoint") == "completions":
+        if session.from_api and session["settings"].get("endpoint") == "completions":
             try:  # an imported session's time comes from a file: naive, or not a time at all
                 updated = datetime.fromisoformat(session["updated_at"])
             except (TypeError, ValueError):

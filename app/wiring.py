@@ -14,6 +14,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is i
 
 import re  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
 from concurrent.futures import Future, ThreadPoolExecutor  # noqa: E402
 from dataclasses import dataclass, field, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -215,7 +216,7 @@ class EngineHost:
         ``model``, on that model (loaded first if need be; ``fn(None)`` when it cannot load:
         the status says why, and the request is not answered by another model)."""
         if model is None:
-            return self._executor.submit(lambda: fn(self._engine))
+            return self._executor.submit(self._answer, fn)
         key = self.resolve(model)
         if key is None:
             return _failed(CheckpointError(f"unknown model {model!r}"))
@@ -227,7 +228,16 @@ class EngineHost:
                 self._load(key)
             except BaseException:  # noqa: BLE001 - the status reports it; fn refuses without an engine
                 return fn(None)
+        return self._answer(fn)
+
+    def _answer(self, fn: Callable[[Any], Any]):
+        self._forget_refusal()  # the loaded model answers: a pick refused earlier is old news
         return fn(self._engine)
+
+    def _forget_refusal(self) -> None:
+        with self._lock:
+            if self._status.state == "ready" and self._status.error:
+                self._status = LoadStatus("ready", 1.0, "ready", self._key, "")
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -244,7 +254,7 @@ class EngineHost:
             reason = str(exc) or type(exc).__name__
             with self._lock:
                 state = "ready" if self._engine is not None else "failed"
-                self._status = LoadStatus(state, 1.0, "", self._key or key, f"{key}: {reason}")
+                self._status = LoadStatus(state, 1.0, "", self._key or key, f"{key}: {reason}", key, time.monotonic())
             raise
         with self._lock:
             previous, self._engine, self._key = self._engine, engine, key

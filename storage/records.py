@@ -12,6 +12,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 
+API_SOURCE = "api"  # settings["source"] of the sessions and messages that came through the HTTP API
+
+
 class _ReadOnlyMapping(Mapping):
     """Mapping access to a dataclass's fields (equal to a dict with the same items)."""
 
@@ -46,6 +49,11 @@ class Session(_ReadOnlyMapping):
     settings: dict  # the settings last used (block size, temperature, ...; see ui.handlers.SETTING_KEYS)
     message_count: int
 
+    @property
+    def from_api(self) -> bool:
+        """Whether it came through the HTTP API (an editor, a script), not the page."""
+        return (self.settings or {}).get("source") == API_SOURCE
+
 
 @dataclass(frozen=True, eq=False)
 class Message(_ReadOnlyMapping):
@@ -69,3 +77,8 @@ class Message(_ReadOnlyMapping):
     decode_ms: float | None
     total_ms: float | None
     finish_reason: str | None
+
+    @property
+    def from_api(self) -> bool:
+        """Whether it came through the HTTP API (an editor, a script), not the page."""
+        return (self.settings or {}).get("source") == API_SOURCE

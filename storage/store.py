@@ -628,9 +628,12 @@ class SessionStore:
                 messages = []
                 for row in self._query("SELECT * FROM messages WHERE session_id = ? ORDER BY seq", [session["id"]]):
                     message = self._message_from_row(row)
-                    exported_message = {key: message[key] for key in MESSAGE_KEYS if key != "cycles"}
+                    exported_message = {key: message[key] for key in MESSAGE_KEYS if key not in ("cycles", "comparison")}
                     cycle_rows = self._query("SELECT * FROM cycles WHERE message_id = ? ORDER BY idx", [row["id"]])
                     exported_message["cycles"] = [decode_cycle(cycle) for cycle in cycle_rows]
+                    comparison = self._query("SELECT data FROM comparisons WHERE message_id = ?", [row["id"]])
+                    if comparison:
+                        exported_message["comparison"] = settings_from_json(comparison[0]["data"])
                     messages.append(exported_message)
                 exported.append({
                     "uuid": session["uuid"], "title": session["title"], "created_at": session["created_at"],
@@ -644,7 +647,7 @@ class SessionStore:
 
     @_looks_up("session")
     def export_session(self, session_id: int) -> dict:
-        """A JSON-ready export document holding one session, its messages and their cycles."""
+        """A JSON-ready export document holding one session, its messages, their cycles and comparisons."""
         with self._lock:
             self.get_session(session_id)
             return self._export_document(self._export_sessions("id = ?", [session_id]))
@@ -730,7 +733,7 @@ class SessionStore:
         return session_id
 
     def _insert_imported_message(self, db: sqlite_utils.Database, session_id: int, message: dict, now: str) -> None:
-        fields = {key: value for key, value in message.items() if key not in ("seq", "role", "cycles",
+        fields = {key: value for key, value in message.items() if key not in ("seq", "role", "cycles", "comparison",
                                                                               "created_at", "updated_at")}
         if fields.get("status") == "streaming":
             fields["status"] = "interrupted"
@@ -741,3 +744,6 @@ class SessionStore:
         }).last_pk
         rows = [encode_cycle(cycle, message_id) for cycle in message.get("cycles", [])]
         self._insert_cycles(db, message_id, rows)
+        if message.get("comparison"):
+            db.execute("INSERT INTO comparisons (message_id, created_at, data) VALUES (?, ?, ?)",
+                       [message_id, now, settings_to_json(message["comparison"])])

@@ -1,8 +1,9 @@
 """The JSON export format, and the checks an import document must pass before anything is written.
 
-A document is ``{"format": "dflash-studio-sessions", "version": 1, "exported_at": ...,
+A document is ``{"format": "dflash-studio-sessions", "version": 2, "exported_at": ...,
 "sessions": [...]}``; each session carries its messages in order and each message its cycles (the
-engine's cycle dicts). Local row ids are left out: a session is identified by its ``uuid``, which
+engine's cycle dicts) and, where Compare ran on it, its ``comparison`` (version 2; version 1
+documents have none). Local row ids are left out: a session is identified by its ``uuid``, which
 is what makes importing the same file twice a no-op.
 """
 
@@ -21,10 +22,10 @@ from .fields import (
 )
 
 EXPORT_FORMAT = "dflash-studio-sessions"
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2
 
 SESSION_KEYS = ("uuid", "title", "created_at", "updated_at", "model", "settings", "messages")
-MESSAGE_KEYS = ("seq", "role", "created_at", "updated_at") + MESSAGE_EDITABLE_FIELDS + ("cycles",)
+MESSAGE_KEYS = ("seq", "role", "created_at", "updated_at") + MESSAGE_EDITABLE_FIELDS + ("cycles", "comparison")
 
 
 def parse_export(data: bytes | str) -> Any:
@@ -134,6 +135,8 @@ def _check_message(message: Any, where: str, seen_seqs: set[int]) -> None:
         message_columns({key: value for key, value in message.items() if key in MESSAGE_EDITABLE_FIELDS})
     except ValueError as exc:
         raise _Invalid(where, str(exc)) from None
+    if "comparison" in message:
+        _require(message, "comparison", dict, where)
     cycles = message.get("cycles", [])
     if not isinstance(cycles, list):
         raise _Invalid(f"{where}.cycles", f"expected list, got {type(cycles).__name__}")

@@ -639,6 +639,7 @@ def populate(store: SessionStore) -> list[int]:
         writer.add_cycle(cycle)
     writer.set_content("def fib(n):\n    return n")
     writer.finish("complete", {"reason": "stop", "total_ms": 40.0, "tokens_per_s": 300.0})
+    store.save_comparison(reply, {"identical": True, "plain": {"tokens_per_s": 120.0, "token_times_ms": [3.0, 6.5]}})
     second = store.create_session("Stopped")
     store.add_message(second, "user", "long one")
     store.start_reply(second, kind="complete")  # left streaming
@@ -659,6 +660,25 @@ def test_export_import_round_trip_is_equal_in_a_fresh_database(disk_store, tmp_p
     expected = json.loads(json_text)["sessions"]
     expected[1]["messages"][1]["status"] = "interrupted"  # a streaming reply cannot stay streaming elsewhere
     assert exported_again["sessions"] == expected
+
+
+def test_a_reply_carries_its_comparison_through_export_and_import_and_old_documents_still_import(store):
+    first, _ = populate(store)
+    reply = store.get_messages(first)[2]["id"]
+    document = store.export_session(first)
+    assert document["sessions"][0]["messages"][2]["comparison"] == store.get_comparison(reply)
+    with SessionStore(":memory:") as other:
+        [copy] = other.import_data(document)
+        assert other.get_comparison(other.get_messages(copy)[2]["id"]) == store.get_comparison(reply)
+    old = json.loads(json.dumps(document))
+    old["version"] = 1
+    del old["sessions"][0]["messages"][2]["comparison"]
+    with SessionStore(":memory:") as other:
+        [copy] = other.import_data(old)
+        assert other.get_comparison(other.get_messages(copy)[2]["id"]) is None
+    document["sessions"][0]["messages"][2]["comparison"] = ["not", "a", "dict"]
+    with pytest.raises(ImportFormatError, match=r"messages\[2\]\.comparison: expected dict"):
+        SessionStore(":memory:").import_data(document)
 
 
 def test_export_session_holds_one_session_with_cycles(store):

@@ -379,6 +379,34 @@ def test_picking_an_incompatible_pair_is_refused_with_the_reason(ctx, engine):
     assert picker.value == engine.name
 
 
+def test_one_pick_reported_twice_by_the_menu_is_refused_once(ctx, engine, recwarn):
+    h.pick_model(ctx, "incompatible-pair")
+    h.pick_model(ctx, "incompatible-pair")  # Gradio's dropdown sends a mouse pick twice
+    refusals = [w for w in recwarn.list if "Cannot use incompatible-pair" in str(w.message)]
+    assert len(refusals) == 1
+
+
+def test_a_refused_pick_is_tried_again_when_picked_again_later(ctx, engine):
+    h.pick_model(ctx, "incompatible-pair")
+    status = ctx.engines.status()
+    assert h.repeated_refusal(status, "incompatible-pair", now=status.failed_at + 0.5)
+    assert not h.repeated_refusal(status, "incompatible-pair", now=status.failed_at + h.REPEATED_PICK_S + 0.1)
+    assert not h.repeated_refusal(status, "fake-coder", now=status.failed_at + 0.5)
+
+
+def test_a_fresh_page_opens_the_latest_page_session_never_one_an_editor_made(ctx, engine):
+    api_settings = {"source": "api", "endpoint": "completions", "temperature": 1.2, "max_new_tokens": 64}
+    ctx.store.create_session("API · completions", settings=api_settings)
+    view = h.on_load(ctx, None)
+    assert view["session"] is None and view["max_new_tokens"] != 64  # only API sessions: a new one, on the defaults
+    engine.enqueue("a reply")
+    page_session, _ = send(ctx, "typed on the page")
+    run(ctx, page_session)
+    api_session = ctx.store.create_session("API · later", settings=api_settings)  # the newest now
+    assert h.on_load(ctx, None)["session"] == page_session
+    assert h.on_load(ctx, api_session)["session"] == api_session  # the browser showed it last: it comes back
+
+
 def test_show_reply_renders_a_past_reply(ctx, engine):
     engine.enqueue("old reply", "new reply")
     session_id, _ = send(ctx, "a")

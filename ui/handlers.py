@@ -48,6 +48,7 @@ MODEL_STATUS = ("model_status", "timer", "block_size", "fallback", "show_rejecte
 LIVE = ("sessions", "chat", "msg_ids", "token_view", "stats", "acceptance_chart", "session_chart", "tau_histogram",
         "position_chart", "live_seen")
 PENDING = {"role": "assistant", "content": "…"}  # the reply bubble shown until the first block arrives
+REPEATED_PICK_S = 2.0  # a pick of the pair refused this long ago or less is the same pick, reported twice
 
 
 # ============================================================================ settings
@@ -323,17 +324,18 @@ def live_refresh(ctx: UIContext, session_id: int | None, query: str, seen: dict 
         last = messages[-1] if messages else None
         stamp = [session_id, last["id"], last["status"], last["updated_at"]] if last else None
         before = seen.get("shown")
-        from_api = bool(last) and (last["settings"] or {}).get("source") == "api"
         same_session = bool(before) and before[0] == session_id  # else the switch drew it already
-        if last and last["id"] != streaming and stamp != before and (same_session or from_api):
+        if last and last["id"] != streaming and stamp != before and (same_session or last.from_api):
             update.update(_live_view(ctx, session_id, messages))
         seen["shown"] = stamp
     return {**update, "live_seen": seen}
 
 
 def on_load(ctx: UIContext, remembered: int | None) -> dict:
-    """A fresh page: the session this browser showed last if it still exists, else the latest;
-    and the page's id (``page``, see ``respond``)."""
+    """A fresh page: the session this browser showed last if it still exists, else the latest one
+    made on the page, else a new one; and the page's id (``page``, see ``respond``). A session an
+    editor made through the API is never opened by itself: typing into the page would continue
+    it with the editor's settings (its own, listed, one click away)."""
     session_id = None
     if remembered is not None:
         try:
@@ -341,8 +343,7 @@ def on_load(ctx: UIContext, remembered: int | None) -> dict:
         except (*STORE_ERRORS, TypeError, ValueError, OverflowError):  # the browser's state is client data
             session_id = None
     if session_id is None:
-        latest = ctx.store.list_sessions(limit=1)
-        session_id = latest[0]["id"] if latest else None
+        session_id = next((s.id for s in ctx.store.list_sessions() if not s.from_api), None)
     return {**session_view(ctx, session_id), "page": secrets.token_hex(8)}
 
 
@@ -858,6 +859,13 @@ def engine_controls(ctx: UIContext) -> dict:
     return {"block_size": block, "fallback": fallback, "show_rejected": rejected}
 
 
+def repeated_refusal(status, key: str, now: float | None = None) -> bool:
+    """Whether a pick repeats the one refused an instant ago: Gradio's dropdown reports one mouse
+    pick twice, and the second must neither load again nor warn again (a retry later does both)."""
+    now = time.monotonic() if now is None else now
+    return bool(key) and status.failed_key == key and now - status.failed_at < REPEATED_PICK_S
+
+
 def pick_model(ctx: UIContext, key: str, session_id: int | None = None) -> dict:
     """Load another pair on the engine worker, and make it the model of the session shown (its
     next reply comes from it; the chat says so). An incompatible draft is refused with the
@@ -869,6 +877,8 @@ def pick_model(ctx: UIContext, key: str, session_id: int | None = None) -> dict:
         except STORE_ERRORS:
             session = None
     key = ctx.engines.resolve(key) or key
+    if repeated_refusal(ctx.engines.status(), key):
+        return {**model_view(ctx, session), "timer": gr.Timer(active=False)}
     if key and (key != ctx.engines.current_key or ctx.engines.status().state == "failed"):
         try:
             ctx.engines.switch(key).result()

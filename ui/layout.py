@@ -260,7 +260,10 @@ def _wire_model(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace, outputs) ->
     c.live.tick(partial(h.model_status_html, ctx), [c.model], c.model_status, api_visibility="undocumented",
                 show_progress="hidden")
     picked = outputs("model", *h.MODEL_STATUS)
-    c.model.input(picked.wrap(partial(h.pick_model, ctx)), [c.model, c.session], picked.components, api_name="pick_model")
+    # one pick at a time: Gradio's dropdown reports a mouse pick twice, and the second must find the
+    # first's result (h.repeated_refusal), not start a second load beside it
+    c.model.input(picked.wrap(partial(h.pick_model, ctx)), [c.model, c.session], picked.components, api_name="pick_model",
+                  concurrency_limit=1, concurrency_id="model-pick")
 
 
 def _wire_defaults_and_tabs(ctx: UIContext, c: SimpleNamespace, outputs) -> None:

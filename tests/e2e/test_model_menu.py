@@ -137,3 +137,24 @@ def test_an_empty_chat_offers_example_requests_and_a_click_sends_one(browser, tw
     assert studio.store.get_messages(session["id"])[0]["content"] == EXAMPLE_REQUESTS[1]
     assert page.locator("#chat button", has_text=EXAMPLE_REQUESTS[0]).count() == 0  # gone once the chat has begun
     context.close()
+
+
+def test_a_refused_pick_warns_once_and_the_warning_goes_once_the_loaded_model_answers(browser, two_models):
+    studio, coder, fast, url = two_models
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    page.goto(url)
+    page.wait_for_selector("#chat-input textarea:not([disabled])")
+    page.click("#new-session")
+    loaded = menu_value(page)
+    pick(page, "incompatible-pair")  # a mouse pick: Gradio's dropdown reports it twice
+    page.wait_for_function("document.querySelector('#model-status').innerText.includes('hidden size 64')")
+    page.wait_for_timeout(1500)  # the second report has arrived by now
+    toasts = [t for t in page.locator(".toast-body").all_inner_texts() if "Cannot use incompatible-pair" in t]
+    assert len(toasts) == 1 and "(2)" not in toasts[0]
+    wait_menu(page, loaded)  # the menu goes back to the model that answers
+    send(page, "answered by the loaded model")
+    wait_replies(page, 1)
+    page.wait_for_function("!document.querySelector('#model-status').innerText.includes('hidden size 64')")
+    context.close()

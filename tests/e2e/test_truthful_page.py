@@ -43,7 +43,11 @@ def test_a_new_session_starts_from_the_defaults_whatever_the_api_or_the_last_ses
     client.completions.create(model="fake-coder", prompt="def add(a, b):", max_tokens=64, temperature=1.2)
     page.reload()
     page.wait_for_selector("#chat-input textarea:not([disabled])")
-    assert slider_value(page, "max-new-tokens") == 64  # the API session is shown, with its own settings
+    # the API session is listed but not opened by itself: with no session made on the page, a new one
+    page.wait_for_function(f"document.querySelector('#max-new-tokens input[type=number]').value == '{default_tokens:g}'")
+    assert "API" not in page.locator("#session-title textarea, #session-title input").first.input_value()
+    page.locator("#session-list label", has_text="API · completions").first.click()
+    page.wait_for_function("document.querySelector('#max-new-tokens input[type=number]').value == '64'")  # its own
     page.click("#new-session")
     page.wait_for_function(f"document.querySelector('#max-new-tokens input[type=number]').value == '{default_tokens:g}'")
     assert slider_value(page, "temperature") == 0.0

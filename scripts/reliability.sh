@@ -8,9 +8,12 @@
 #       # some groups only, their figures appended to FIGURES (kept), and the table from all of it:
 #       # the long groups can run on different days and still make one table
 #
-# Needs what scripts/test.sh installs (the test extras; Chromium for the XSS part).
+# Runs in the project's .venv with its test extras, as scripts/test.sh does (created or updated
+# here when needed); the XSS part needs Chromium, which scripts/test.sh installs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. scripts/venv.sh
+ensure_venv test || exit 1  # its python3 first on PATH from here on
 
 KILLS=${KILLS:-200}
 LOAD_S=${LOAD_S:-60}

@@ -218,7 +218,7 @@ def draw_frame(doc: dict, shown: int, fonts: Fonts) -> Image.Image:
     _reply_text(draw, fonts, _frame_tokens(frames, shown), (MARGIN, text_top, WIDTH - MARGIN, HEIGHT - 92))
     _chart(draw, fonts, frames, shown, (MARGIN, HEIGHT - 84, WIDTH // 2, HEIGHT - 30), doc["max_block"])
     speed = "" if frame["speed"] is None else f"; {frame['speed']:.2f}× plain decoding's speed so far"
-    figures = f"{frame['n']} tokens from {shown} target passes (plain decoding: {max(frame['n'] - 1, 0)}){speed}"
+    figures = f"{frame['n']} tokens in {shown} target passes, where plain decoding needs {max(frame['n'] - 1, 0)}{speed}"
     legend = "underlined: accepted draft · boxed: the target's own token · struck through: rejected draft"
     right = WIDTH // 2 + 12
     lines = _wrap(draw, figures, fonts.small_sans, WIDTH - right - MARGIN, 2)

@@ -114,6 +114,8 @@ def test_captions_say_what_happened():
     cut = build_steps("Abc", [cycle(8, 2, ["b", "c"], bonus=None, changed=True)])[0]
     assert cut.cut and "bonus" not in cut.verdicts and "no bonus" in caption(cut) and "target “" not in caption(cut)
     assert "Dynamic fallback changed the next block size to 4" in caption(cut)
+    ended = caption(build_steps("Ab", [cycle(4, 3, ["b", "c", "d", ""], rejected=())])[0])  # the end token has no text
+    assert "“∅”" in ended and "the token that ends the reply" in ended
 
 
 def test_steps_without_slot_details_derive_verdicts_from_the_accepted_count():

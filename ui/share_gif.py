@@ -22,6 +22,7 @@ MAX_WIDTH = 1280
 MAX_BYTES = 8 * 1024 * 1024
 WIDTH, HEIGHT = 960, 600
 MARGIN = 16
+CAPTION_LINES = 4  # a cycle's caption: a rejection, the bonus and the reply's end fit; longer ones end in "…"
 CYCLE_MS, FIRST_MS, HOLD_MS = 900, 1500, 5000
 FONT_FILES = ("DejaVuSansMono.ttf", "LiberationMono-Regular.ttf", "Menlo.ttc", "consola.ttf", "cour.ttf")
 SANS_FILES = ("DejaVuSans.ttf", "LiberationSans-Regular.ttf", "Arial.ttf", "arial.ttf", "Helvetica.ttc")
@@ -211,10 +212,10 @@ def draw_frame(doc: dict, shown: int, fonts: Fonts) -> Image.Image:
     model = f"{doc['model'] or 'model'} · DFlash: one draft pass proposes a block, one target pass checks it"
     draw.text((MARGIN, 38), _fit(draw, model, fonts.small, WIDTH - 2 * MARGIN), font=fonts.small, fill=MUTED)
     bottom = _slots(draw, fonts, frame, 60)
-    caption = _wrap(draw, frame["cap"], fonts.text, WIDTH - 2 * MARGIN, 3)
+    caption = _wrap(draw, frame["cap"], fonts.text, WIDTH - 2 * MARGIN, CAPTION_LINES)
     for k, line in enumerate(caption):
         draw.text((MARGIN, bottom + k * 20), line, font=fonts.text, fill=FG)
-    text_top = bottom + 3 * 20 + 8
+    text_top = bottom + CAPTION_LINES * 20 + 8
     _reply_text(draw, fonts, _frame_tokens(frames, shown), (MARGIN, text_top, WIDTH - MARGIN, HEIGHT - 92))
     _chart(draw, fonts, frames, shown, (MARGIN, HEIGHT - 84, WIDTH // 2, HEIGHT - 30), doc["max_block"])
     speed = "" if frame["speed"] is None else f"; {frame['speed']:.2f}× plain decoding's speed so far"

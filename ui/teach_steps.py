@@ -245,6 +245,9 @@ def caption(step: TeachStep) -> str:
             words += (f" The target's own token at the first open position, {quoted(step.bonus_text)}, comes free "
                       f"with the verify pass (the bonus): {step.tau} token{'s' if step.tau != 1 else ''} from one "
                       f"target pass, where plain decoding needs {step.tau}.")
+        if step.bonus_text == "":
+            words += (" “∅” marks a token with no text of its own" +
+                      (": on the last cycle, the token that ends the reply." if step.index == step.total else "."))
     if step.cut:
         words += (f" The reply ended inside this block (a stop token or the length limit), so only {step.tau} "
                   f"token{'s' if step.tau != 1 else ''} {'were' if step.tau != 1 else 'was'} kept and there is no bonus.")

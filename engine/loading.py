@@ -58,6 +58,7 @@ def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
 
 
 SMALL_MODEL_PARAMETERS = 100_000_000
+NO_TOKENIZER_LIMIT = int(1e30)  # what transformers itself uses for "no limit known"
 
 
 def pick_threads(requested: int | None, device: torch.device, parameters: int) -> int | None:
@@ -128,6 +129,9 @@ def load_target(directory: Path, device: torch.device, dtype: torch.dtype):
         tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
     except Exception as exc:
         raise CheckpointError(f"cannot load the tokenizer in {directory}: {exc}") from exc
+    # The runtime holds prompts to the target's context window itself and refuses in one line;
+    # the tokenizer's own limit would only add transformers' "sequence length is longer" warning.
+    tokenizer.model_max_length = NO_TOKENIZER_LIMIT
     return target.eval(), tokenizer
 
 

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+import torch
 
 from app.cli import main
 from engine.errors import CONTEXT_FULL, EMPTY_PROMPT, CheckpointError, EmptyPromptError, check_prompt_text
@@ -352,3 +353,23 @@ def test_a_device_torch_cannot_use_is_one_clear_line(capsys):
         assert main(["generate", "--device", device, "--max-new-tokens", "4", "hi"]) == 2, device
         err = capsys.readouterr().err
         assert err.startswith("dflash-studio: error: --device ") and device in err and "Traceback" not in err, err
+
+
+def test_a_long_prompt_is_tokenized_without_the_tokenizers_length_warning():
+    import logging
+
+    from engine.loading import load_target
+    from engine.shipped import DEFAULT_PAIR, pair_dirs
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    try:
+        _, tokenizer = load_target(pair_dirs(DEFAULT_PAIR)[0], torch.device("cpu"), torch.float32)
+        ids = tokenizer("def f(x): return x + 1\n" * 400)["input_ids"]  # past the tokenizer file's 1024
+    finally:
+        logger.removeHandler(handler)
+    assert len(ids) > 1024
+    assert not [r for r in records if "sequence length is longer" in r.getMessage()]

@@ -407,6 +407,16 @@ def test_a_fresh_page_opens_the_latest_page_session_never_one_an_editor_made(ctx
     assert h.on_load(ctx, api_session)["session"] == api_session  # the browser showed it last: it comes back
 
 
+def test_the_tab_select_gradio_fires_while_the_page_loads_changes_nothing(ctx, engine):
+    engine.enqueue("a reply")
+    session_id, _ = send(ctx, "a question")
+    run(ctx, session_id)
+    assert h.tab_figures(ctx, None, None, mode="chat") == {}  # before on_load: no page id yet
+    shown = h.tab_figures(ctx, session_id, "a-page-id", mode="chat")
+    assert '<span class="tok"' in shown["token_view"]
+    assert '<span class="tok"' not in h.tab_figures(ctx, session_id, "a-page-id", mode="complete")["token_view"]
+
+
 def test_show_reply_renders_a_past_reply(ctx, engine):
     engine.enqueue("old reply", "new reply")
     session_id, _ = send(ctx, "a")

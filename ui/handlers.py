@@ -247,10 +247,16 @@ def reply_charts(trace: ReplyTrace) -> dict:
             "position_chart": charts.plot(charts.position_chart(trace.per_position_acceptance()))}
 
 
-def tab_figures(ctx: UIContext, session_id: int | None, mode: str = "chat") -> dict:
+def tab_figures(ctx: UIContext, session_id: int | None, page: str | None = None, mode: str = "chat") -> dict:
     """The figures under the conversation when a tab is shown (``REPLY_FIGURES``): that tab's
     latest reply in this session (a chat reply on Chat, a completion on Complete), else empty,
-    so that the Complete tab never shows the last chat reply's tokens and stats as its own."""
+    so that the Complete tab never shows the last chat reply's tokens and stats as its own.
+
+    Gradio also fires the first tab's select while the page loads, before ``on_load`` has set
+    the session (``page`` is still None then): that one changes nothing, or its empty figures
+    could arrive after ``on_load``'s and blank the reloaded session's."""
+    if page is None:
+        return {}
     replies = []
     if session_id is not None:
         try:

@@ -275,7 +275,7 @@ def _wire_defaults_and_tabs(ctx: UIContext, c: SimpleNamespace, outputs) -> None
                            api_name="reset_defaults")
     figures = outputs(*h.REPLY_FIGURES)
     for tab, mode in ((c.chat_tab, "chat"), (c.complete_tab, "complete")):
-        tab.select(figures.wrap(partial(h.tab_figures, ctx, mode=mode)), [c.session], figures.components,
+        tab.select(figures.wrap(partial(h.tab_figures, ctx, mode=mode)), [c.session, c.page], figures.components,
                    api_visibility="undocumented")
 
 

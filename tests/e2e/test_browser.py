@@ -109,8 +109,7 @@ def test_sessions_switch_and_survive_a_reload(page, fake_app):
     page.wait_for_selector("#chat-input textarea:not([disabled])")
     page.wait_for_function("document.querySelector('#chat') && document.querySelector('#chat').innerText.includes('The first answer.')")
     assert page.locator("#session-list input:checked").count() == 1
-    # the shown session's last reply, from the database: the token view is drawn in the same update
-    # as the chat, but Gradio may paint the HTML a frame later, so wait for it rather than assert at once
+    # the shown session's last reply, from the database (tests/e2e/test_reload_race.py: and it stays)
     page.wait_for_function(f"document.querySelectorAll('{TOKENS}').length > 0", timeout=5_000)
 
 

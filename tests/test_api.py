@@ -405,15 +405,15 @@ def test_the_sessions_panel_refreshes_itself_for_api_requests(served, client):
     from ui import handlers as h
 
     studio, engine, _ = served
-    seen = h.live_refresh(studio.ctx, None, "", None)["live_seen"]  # the first look draws the list
-    assert set(h.live_refresh(studio.ctx, None, "", seen)) == {"live_seen"}  # nothing new: nothing redrawn
+    seen = h.live_refresh(studio.ctx, None, "", None, page="a-page-id")["live_seen"]  # the first look draws the list
+    assert set(h.live_refresh(studio.ctx, None, "", seen, page="a-page-id")) == {"live_seen"}  # nothing new: nothing redrawn
     client.chat.completions.create(model="fake-coder", messages=[{"role": "user", "content": "live please"}])
     session = studio.store.list_sessions(limit=1)[0]
-    changed = h.live_refresh(studio.ctx, None, "", seen)
+    changed = h.live_refresh(studio.ctx, None, "", seen, page="a-page-id")
     assert (session["title"], session["id"]) in [tuple(choice) for choice in changed["sessions"].choices]
-    shown = h.live_refresh(studio.ctx, session["id"], "", changed["live_seen"])  # the API session, shown
+    shown = h.live_refresh(studio.ctx, session["id"], "", changed["live_seen"], page="a-page-id")  # the API session, shown
     assert shown["chat"][-1]["role"] == "assistant" and 'data-origin="accepted"' in shown["token_view"]
-    assert set(h.live_refresh(studio.ctx, session["id"], "", shown["live_seen"])) == {"live_seen"}
+    assert set(h.live_refresh(studio.ctx, session["id"], "", shown["live_seen"], page="a-page-id")) == {"live_seen"}
 
 
 def test_odd_paths_under_v1_still_get_openai_errors(served):

@@ -417,6 +417,14 @@ def test_the_tab_select_gradio_fires_while_the_page_loads_changes_nothing(ctx, e
     assert '<span class="tok"' not in h.tab_figures(ctx, session_id, "a-page-id", mode="complete")["token_view"]
 
 
+def test_the_live_refresh_waits_for_the_page_to_load(ctx, engine):
+    engine.enqueue("a reply")
+    session_id, _ = send(ctx, "a question")
+    run(ctx, session_id)
+    assert h.live_refresh(ctx, None, "", None, None, None) == {}  # a tick before on_load draws nothing
+    assert "sessions" in h.live_refresh(ctx, session_id, "", None, None, "a-page-id")
+
+
 def test_show_reply_renders_a_past_reply(ctx, engine):
     engine.enqueue("old reply", "new reply")
     session_id, _ = send(ctx, "a")
@@ -573,15 +581,15 @@ def test_the_shown_session_refreshes_while_a_reply_the_page_does_not_stream_grow
     session_id, _ = send(ctx, "grow")
     stream = h.respond(ctx, session_id, *CONTROLS)
     streamed = next(u["streaming"] for u in stream if u.get("streaming"))
-    seen = h.live_refresh(ctx, session_id, "", None, streamed)["live_seen"]
+    seen = h.live_refresh(ctx, session_id, "", None, streamed, page="a-page-id")["live_seen"]
     time.sleep(1.2)  # the stored reply grows (flushed every second)
-    assert "chat" not in h.live_refresh(ctx, session_id, "", seen, streamed)  # this page streams it itself
+    assert "chat" not in h.live_refresh(ctx, session_id, "", seen, streamed, page="a-page-id")  # this page streams it itself
     stream.close()
     view = h.select_session(ctx, session_id)  # shown again: the page no longer streams it
     assert view["streaming"] is None
-    seen = h.live_refresh(ctx, session_id, "", seen, view["streaming"])["live_seen"]
+    seen = h.live_refresh(ctx, session_id, "", seen, view["streaming"], page="a-page-id")["live_seen"]
     time.sleep(1.2)
-    update = h.live_refresh(ctx, session_id, "", seen, view["streaming"])
+    update = h.live_refresh(ctx, session_id, "", seen, view["streaming"], page="a-page-id")
     assert update["chat"][-1]["content"].count("tok") > view["chat"][-1]["content"].count("tok")
     h.stop(ctx, session_id)
 

@@ -310,12 +310,15 @@ def _live_view(ctx: UIContext, session_id: int, messages: list[dict]) -> dict:
 
 
 def live_refresh(ctx: UIContext, session_id: int | None, query: str, seen: dict | None,
-                 streaming: int | None = None) -> dict:
+                 streaming: int | None = None, page: str | None = None) -> dict:
     """Every second (``LIVE``): the session list when sessions came, went or were renamed (API
     requests add sessions by themselves), and the session shown when its latest message changed
     since the last look and is not the reply this page streams itself (``streaming``, see
     ``respond``): a reply through the API, or one that went on generating while the page showed
-    another session."""
+    another session. Nothing before the page has loaded (``page`` None): a list drawn for no
+    session could land after ``on_load``'s and leave the restored session unticked."""
+    if page is None:
+        return {}
     seen = dict(seen or {})
     update: dict = {}
     listing = [list(choice) for choice in session_choices(ctx, query or "")]

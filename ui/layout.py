@@ -192,8 +192,8 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     demo.load(loaded.wrap(on_load), [c.remembered], loaded.components, api_name="load_session")
     _wire_model(ctx, demo, c, outputs)
     live = outputs(*h.LIVE)
-    c.live.tick(live.wrap(partial(h.live_refresh, ctx)), [c.session, c.search, c.live_seen, c.streaming], live.components,
-                api_visibility="undocumented", show_progress="hidden")
+    c.live.tick(live.wrap(partial(h.live_refresh, ctx)), [c.session, c.search, c.live_seen, c.streaming, c.page],
+                live.components, api_visibility="undocumented", show_progress="hidden")
 
     # -- chat
     sent = outputs(*h.SENT)

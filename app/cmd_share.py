@@ -15,6 +15,7 @@ from pathlib import Path
 from engine.files import write_atomically, write_text_atomically
 from engine.shipped import SHIPPED_PAIRS, pair_dirs
 from storage import SessionStore, default_db_path
+from storage.records import stored_model
 
 from .options import add_model_options, open_engine
 
@@ -71,7 +72,7 @@ def share_reply(args: argparse.Namespace) -> int:
 def reply_pair(args: argparse.Namespace, message: dict) -> tuple[argparse.Namespace, str]:
     """Without --target/--draft, the shipped pair that made the reply (by its name or an older
     one): another pair answers another text, and the race would report a different output."""
-    name = str((message.get("settings") or {}).get("model") or message.get("model") or "")
+    name = stored_model(message)
     if args.target or args.draft or getattr(args, "engine", "local") != "local" or not name:
         return args, ""
     for pair in SHIPPED_PAIRS:

@@ -15,6 +15,14 @@ from typing import Any
 API_SOURCE = "api"  # settings["source"] of the sessions and messages that came through the HTTP API
 
 
+def stored_model(row: Mapping[str, Any] | None) -> str:
+    """The model name a stored session or message was made with: its settings' (where a model
+    switch records it), else its column; "" when none was stored."""
+    if not row:
+        return ""
+    return str((row.get("settings") or {}).get("model") or row.get("model") or "")
+
+
 class _ReadOnlyMapping(Mapping):
     """Mapping access to a dataclass's fields (equal to a dict with the same items)."""
 
@@ -38,8 +46,17 @@ class _ReadOnlyMapping(Mapping):
         return cls(**{name: overrides[name] if name in overrides else row[name] for name in cls._names()})
 
 
+class _Stored(_ReadOnlyMapping):
+    """What sessions and messages both tell from their settings."""
+
+    @property
+    def from_api(self) -> bool:
+        """Whether it came through the HTTP API (an editor, a script), not the page."""
+        return (self["settings"] or {}).get("source") == API_SOURCE
+
+
 @dataclass(frozen=True, eq=False)
-class Session(_ReadOnlyMapping):
+class Session(_Stored):
     id: int
     uuid: str
     title: str
@@ -49,14 +66,9 @@ class Session(_ReadOnlyMapping):
     settings: dict  # the settings last used (block size, temperature, ...; see ui.handlers.SETTING_KEYS)
     message_count: int
 
-    @property
-    def from_api(self) -> bool:
-        """Whether it came through the HTTP API (an editor, a script), not the page."""
-        return (self.settings or {}).get("source") == API_SOURCE
-
 
 @dataclass(frozen=True, eq=False)
-class Message(_ReadOnlyMapping):
+class Message(_Stored):
     id: int
     session_id: int
     seq: int  # 1, 2, ... within the session
@@ -77,8 +89,3 @@ class Message(_ReadOnlyMapping):
     decode_ms: float | None
     total_ms: float | None
     finish_reason: str | None
-
-    @property
-    def from_api(self) -> bool:
-        """Whether it came through the HTTP API (an editor, a script), not the page."""
-        return (self.settings or {}).get("source") == API_SOURCE

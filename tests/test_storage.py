@@ -677,8 +677,8 @@ def test_a_reply_carries_its_comparison_through_export_and_import_and_old_docume
         [copy] = other.import_data(old)
         assert other.get_comparison(other.get_messages(copy)[2]["id"]) is None
     document["sessions"][0]["messages"][2]["comparison"] = ["not", "a", "dict"]
-    with pytest.raises(ImportFormatError, match=r"messages\[2\]\.comparison: expected dict"):
-        SessionStore(":memory:").import_data(document)
+    with SessionStore(":memory:") as other, pytest.raises(ImportFormatError, match=r"messages\[2\]\.comparison: expected dict"):
+        other.import_data(document)
 
 
 def test_export_session_holds_one_session_with_cycles(store):

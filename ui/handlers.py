@@ -24,12 +24,13 @@ from engine.errors import DFlashError, PromptTooLongError, check_prompt_text
 from engine.interface import capabilities_of
 from engine.prompts import heal_code_prompt
 from storage.errors import ImportFormatError
+from storage.records import stored_model
 from storage.transfer import parse_export
 
 from . import charts
 from .context import STORE_ERRORS, UIContext
 from .generation import GenerationRequest, stream_reply
-from .models import model_status_html, model_view, prompt_for_model, reply_notices, session_model, stored_model
+from .models import model_status_html, model_view, prompt_for_model, reply_notices, session_model
 from .named import refused
 from .render import assistant_markdown, esc, render_token_view, stats_html, user_markdown
 from .trace import ReplyTrace

@@ -18,15 +18,10 @@ from __future__ import annotations
 
 import gradio as gr
 
+from storage.records import stored_model
+
 from .context import UIContext
 from .render import esc
-
-
-def stored_model(row: dict | None) -> str:
-    """The model name a stored session or message was made with ("" when none was stored)."""
-    if not row:
-        return ""
-    return str((row.get("settings") or {}).get("model") or row.get("model") or "")
 
 
 def session_model(ctx: UIContext, session: dict | None) -> str:

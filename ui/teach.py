@@ -22,11 +22,12 @@ from functools import partial
 import gradio as gr
 
 from engine.interface import capabilities_of
+from storage.records import stored_model
 
 from . import analytics as an
 from . import charts
 from .context import STORE_ERRORS, UIContext
-from .models import reply_model, stored_model
+from .models import reply_model
 from .named import Outputs, checked, refused
 from .render import esc
 from .teach_compare import (Comparison, comparison_record, rerun_settings, run_comparison,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 from engine.prompts import heal_code_prompt
+from storage.records import stored_model
 
 Verdict = Literal["anchor", "accepted", "rejected", "unverified", "bonus"]
 VERDICTS = ("anchor", "accepted", "rejected", "unverified", "bonus")
@@ -285,11 +286,6 @@ def reply_numbers(steps: list[TeachStep]) -> ReplyNumbers:
 # ---------------------------------------------------------------------------- prompts
 
 
-def stored_model_name(message: dict) -> str:
-    """The model name stored with a message ("" for one stored before messages named theirs)."""
-    return str((message.get("settings") or {}).get("model") or message.get("model") or "")
-
-
 def reply_prompt(messages: list[dict], reply: dict,
                  model_key: Callable[[str], str] = lambda name: name) -> tuple[object, bool]:
     """The prompt a stored reply answered, as the app sent it: (prompt, raw). A "complete" reply
@@ -302,7 +298,7 @@ def reply_prompt(messages: list[dict], reply: dict,
         raise ValueError("this reply has no user message before it")
     if reply.get("kind") == "complete" or users[-1].get("kind") == "complete":
         return heal_code_prompt(users[-1]["content"]), True
-    own = model_key(stored_model_name(reply))
+    own = model_key(stored_model(reply))
     kept: list[dict] = []
     asked: list[dict] = []
     for m in before:
@@ -311,7 +307,7 @@ def reply_prompt(messages: list[dict], reply: dict,
         if m["role"] == "user":
             asked.append(m)
         elif m["role"] == "assistant":
-            if model_key(stored_model_name(m)) == own:
+            if model_key(stored_model(m)) == own:
                 kept.extend([*asked, m])
             asked = []
     kept.extend(asked)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextmanager
+def opened_page(browser, url: str, timeout_ms: int = 20_000):
+    """A page of its own (a new browser context), loaded and ready for input; closed after, pass or fail."""
+    context = browser.new_context(viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(timeout_ms)
+        page.goto(url)
+        page.wait_for_selector("#chat-input textarea:not([disabled])")
+        yield page
+    finally:
+        context.close()
 
 
 def launch(studio) -> str:

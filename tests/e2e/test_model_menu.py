@@ -9,7 +9,7 @@ import pytest
 
 from tests.fake_engine import FakeEngine, FakeReply, fake_studio
 
-from .conftest import VIEWPORT, launch
+from .conftest import launch, opened_page
 from .test_browser import send, wait_replies
 
 pytestmark = pytest.mark.e2e
@@ -23,6 +23,13 @@ def two_models(tmp_path_factory):
     url = launch(studio)
     yield studio, coder, fast, url
     studio.close()
+
+
+@pytest.fixture
+def page(browser, two_models):
+    """A page of its own, loaded, as a visitor opens it (closed after the test, pass or fail)."""
+    with opened_page(browser, two_models[3]) as page:
+        yield page
 
 
 def menu_value(page) -> str:
@@ -42,13 +49,8 @@ def header_model(page, name: str, state: str) -> None:
     page.wait_for_selector(f"#model-status [data-model='{name}'][data-state='{state}']", timeout=20_000)
 
 
-def test_menu_header_and_sessions_name_the_model_that_answers(browser, two_models):
-    studio, coder, fast, url = two_models
-    context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
-    page.set_default_timeout(20_000)
-    page.goto(url)
-    page.wait_for_selector("#chat-input textarea:not([disabled])")
+def test_menu_header_and_sessions_name_the_model_that_answers(page, two_models):
+    studio, coder, fast, _ = two_models
     header_model(page, "fake-coder", "ready")
     send(page, "first, on the coder")
     wait_replies(page, 1)
@@ -86,16 +88,10 @@ def test_menu_header_and_sessions_name_the_model_that_answers(browser, two_model
     assert "fake-fast" not in page.locator("#chat").inner_text()  # no change in this session
     stored = [s for s in studio.store.list_sessions() if s["title"].startswith("first")][0]
     assert stored["settings"]["model"] == "fake-coder"
-    context.close()
 
 
-def test_a_model_change_mid_session_is_said_in_the_chat_and_keeps_each_history_apart(browser, two_models):
-    studio, coder, fast, url = two_models
-    context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
-    page.set_default_timeout(20_000)
-    page.goto(url)
-    page.wait_for_selector("#chat-input textarea:not([disabled])")
+def test_a_model_change_mid_session_is_said_in_the_chat_and_keeps_each_history_apart(page, two_models):
+    studio, coder, fast, _ = two_models
     page.click("#new-session")
     pick(page, "fake-coder")
     header_model(page, "fake-coder", "ready")
@@ -115,18 +111,12 @@ def test_a_model_change_mid_session_is_said_in_the_chat_and_keeps_each_history_a
     page.reload()  # the notice is part of the stored chat, not of the stream only
     page.wait_for_selector("#chat .model-change")
     assert page.locator("#chat .model-change").count() == 1
-    context.close()
 
 
-def test_an_empty_chat_offers_example_requests_and_a_click_sends_one(browser, two_models):
-    studio, coder, fast, url = two_models
+def test_an_empty_chat_offers_example_requests_and_a_click_sends_one(page, two_models):
+    studio, coder, fast, _ = two_models
     from ui.layout import EXAMPLE_REQUESTS
 
-    context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
-    page.set_default_timeout(20_000)
-    page.goto(url)
-    page.wait_for_selector("#chat-input textarea:not([disabled])")
     page.click("#new-session")
     page.wait_for_function("!document.querySelector('#chat .message')")
     example = page.locator("#chat button", has_text=EXAMPLE_REQUESTS[1])
@@ -136,16 +126,10 @@ def test_an_empty_chat_offers_example_requests_and_a_click_sends_one(browser, tw
     session = studio.store.list_sessions(limit=1)[0]
     assert studio.store.get_messages(session["id"])[0]["content"] == EXAMPLE_REQUESTS[1]
     assert page.locator("#chat button", has_text=EXAMPLE_REQUESTS[0]).count() == 0  # gone once the chat has begun
-    context.close()
 
 
-def test_a_refused_pick_warns_once_and_the_warning_goes_once_the_loaded_model_answers(browser, two_models):
-    studio, coder, fast, url = two_models
-    context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
-    page.set_default_timeout(20_000)
-    page.goto(url)
-    page.wait_for_selector("#chat-input textarea:not([disabled])")
+def test_a_refused_pick_warns_once_and_the_warning_goes_once_the_loaded_model_answers(page, two_models):
+    studio, coder, fast, _ = two_models
     page.click("#new-session")
     loaded = menu_value(page)
     pick(page, "incompatible-pair")  # a mouse pick: Gradio's dropdown reports it twice
@@ -157,4 +141,3 @@ def test_a_refused_pick_warns_once_and_the_warning_goes_once_the_loaded_model_an
     send(page, "answered by the loaded model")
     wait_replies(page, 1)
     page.wait_for_function("!document.querySelector('#model-status').innerText.includes('hidden size 64')")
-    context.close()

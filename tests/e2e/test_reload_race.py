@@ -10,7 +10,7 @@ import pytest
 import ui.handlers as h
 from tests.fake_engine import FakeEngine, fake_studio
 
-from .conftest import VIEWPORT, launch
+from .conftest import launch, opened_page
 from .test_browser import TOKENS, send, wait_replies
 
 pytestmark = pytest.mark.e2e
@@ -37,20 +37,15 @@ def late_tab_select_app(tmp_path_factory):
 
 
 def test_a_reloaded_session_keeps_its_token_view_when_the_first_tab_select_answers_late(browser, late_tab_select_app):
-    studio, url = late_tab_select_app
-    context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
-    page.set_default_timeout(20_000)
-    page.goto(url)
-    page.wait_for_selector("#chat-input textarea:not([disabled])")
-    send(page, "a question")
-    wait_replies(page, 1)
-    page.reload()
-    page.wait_for_selector("#chat-input textarea:not([disabled])")
-    page.wait_for_function("document.querySelector('#chat').innerText.includes('a question')")
-    page.wait_for_function(f"document.querySelectorAll('{TOKENS}').length > 0")
-    page.wait_for_timeout(LATE_S * 1000 + 1500)  # the late answer has come by now
-    assert page.locator(TOKENS).count() > 0
-    page.click("#complete-tab-button")  # a tab picked by the user still draws its own figures
-    page.wait_for_function(f"document.querySelectorAll('{TOKENS}').length == 0", timeout=LATE_S * 1000 + 10_000)
-    context.close()
+    _, url = late_tab_select_app
+    with opened_page(browser, url) as page:
+        send(page, "a question")
+        wait_replies(page, 1)
+        page.reload()
+        page.wait_for_selector("#chat-input textarea:not([disabled])")
+        page.wait_for_function("document.querySelector('#chat').innerText.includes('a question')")
+        page.wait_for_function(f"document.querySelectorAll('{TOKENS}').length > 0")
+        page.wait_for_timeout(LATE_S * 1000 + 1500)  # the late answer has come by now
+        assert page.locator(TOKENS).count() > 0
+        page.click("#complete-tab-button")  # a tab picked by the user still draws its own figures
+        page.wait_for_function(f"document.querySelectorAll('{TOKENS}').length == 0", timeout=LATE_S * 1000 + 10_000)

@@ -9,7 +9,7 @@ import pytest
 
 from tests.fake_engine import FakeReply
 
-from .conftest import ARTIFACTS, VIEWPORT
+from .conftest import ARTIFACTS, opened_page
 from .test_browser import send, wait_replies
 from .test_teach import open_teach
 
@@ -20,15 +20,10 @@ TOKENS = "#token-view .tok"
 @pytest.fixture
 def fresh_page(browser, fake_app):
     """A page of its own, as a new visitor sees it (the module fixture ticks show-rejected)."""
-    context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
-    page.set_default_timeout(20_000)
-    page.goto(fake_app[2])
-    page.wait_for_selector("#chat-input textarea:not([disabled])")
-    page.click("#new-session")  # not the last test's session
-    page.wait_for_function("!document.querySelector('#chat .message')")
-    yield page
-    context.close()
+    with opened_page(browser, fake_app[2]) as page:
+        page.click("#new-session")  # not the last test's session
+        page.wait_for_function("!document.querySelector('#chat .message')")
+        yield page
 
 
 def slider_value(page, elem_id: str) -> float:

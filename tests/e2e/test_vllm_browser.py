@@ -15,7 +15,7 @@ from engine.config import SamplingConfig
 from engine.events import Cycle, Finished
 from engine.prompts import heal_code_prompt
 
-from .conftest import ARTIFACTS, VIEWPORT, launch
+from .conftest import ARTIFACTS, launch, opened_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.slow]
 
@@ -49,14 +49,9 @@ def vllm_app(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vllm_page(browser, vllm_app):
-    context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    page.goto(vllm_app[1])
-    page.wait_for_selector("#chat-input textarea:not([disabled])")
-    page.wait_for_selector("#model-status[data-state='ready'], #model-status .ready")
-    yield page
-    context.close()
+    with opened_page(browser, vllm_app[1], timeout_ms=60_000) as page:
+        page.wait_for_selector("#model-status[data-state='ready'], #model-status .ready")
+        yield page
 
 
 def send(page, text: str) -> None:

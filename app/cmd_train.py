@@ -240,14 +240,16 @@ def _register_target(sub) -> None:
                         "norm); the embedding, lm_head and lower layers stay bit-identical, so an existing "
                         "DFlash draft whose target layers all lie below keeps working")
     p.add_argument("--corpus", type=Path, default=None)
-    p.add_argument("--data", choices=("corpus", "requests", "copy", "wording", "tasks"), default="corpus",
+    p.add_argument("--data", choices=("corpus", "requests", "copy", "wording", "tasks", "coder"), default="corpus",
                    help="corpus: raw source + docstring chat pairs (the base run); requests: request -> "
                         "code fine-tuning data (simple tasks written as data, docstring pairs from the "
                         "standard library and permissively licensed packages, raw code); copy: requests with "
                         "4,000 invented words in the record tasks (names right only by copying the "
                         "request); wording: copy with half the requests worded as users type them "
                         "(capitalised names and acronyms, 'check if'); tasks: only the simple tasks (a "
-                        "second, sharpening fine-tune)")
+                        "second, sharpening fine-tune); coder: the default coder's data (copy, with the "
+                        "tasks in many wordings, the extra tasks, follow-ups that edit the previous "
+                        "function, requests that state an edge case or a name)")
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--intermediate", type=int, default=768)

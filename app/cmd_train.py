@@ -194,12 +194,11 @@ def format_pass1_pair(reports: list[dict]) -> str:
     """One pair's sets: a headline of every figure (strict first), then each set in full."""
     figures = []
     for r in reports:
-        if r["alone"]["n"]:
-            figures.append(f"{r['set']} {_strict_lenient(r['alone'])}")
+        figure = f"{r['set']}: alone {_strict_lenient(r['alone'])}"
         if r["followups"]["n"]:
-            kind = "edits" if r["edit_followups"] else "follow-ups"
-            figures.append(f"{r['set']} {kind} {_strict_lenient(r['followups'])}")
-    headline = f"pair {reports[0]['pair']}, pass@1 strict / lenient: " + " · ".join(figures)
+            figure += f", {'edits' if r['edit_followups'] else 'follow-ups'} {_strict_lenient(r['followups'])}"
+        figures.append(figure)
+    headline = f"pair {reports[0]['pair']}, pass@1 strict / lenient · " + " · ".join(figures)
     return "\n".join([headline] + [format_pass1_summary(r) for r in reports])
 
 

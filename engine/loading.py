@@ -3,6 +3,7 @@ check that they fit together, and pick device and dtype."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,8 @@ from .draft import DFlashDraftModel, draft_setting, load_draft
 from .errors import CheckpointError, IncompatibleDraftError, InvalidRequestError
 from .features import decoder_layers
 from .hub import HubProbe, fetch, parse_hub_ref
+from .quantization import (check_dequantizable, device_kernels, loading_config, plan_quantization,
+                           quantization_settings, quiet_transformers, widen_to)
 from .shipped import ASSETS_ENV, DEFAULT_PAIR, assets_dir, pair_dirs, pair_name  # noqa: F401 (re-exported)
 from .target_cache import check_rollback_config
 from .weights import check_weight_files, guard_logits, safetensors_files
@@ -116,10 +119,20 @@ def load_target(directory: Path, device: torch.device, dtype: torch.dtype):
     safetensors_files(directory, "target")
     check_weight_files(directory)
     check_rollback_config(directory)  # refuse before reading gigabytes of weights
+    config = read_json(directory / "config.json")
+    quantization = plan_quantization(config, device_kernels(device))  # refuses what cannot load here
+    options = target_load_options(device, dtype)
+    if quantization is not None:
+        settings = quantization_settings(config)
+        check_dequantizable(directory, settings, quantization)
+        options["quantization_config"] = loading_config(settings, quantization)
     try:
-        target, info = AutoModelForCausalLM.from_pretrained(directory, **target_load_options(device, dtype))
+        with quiet_transformers() if quantization is not None else contextlib.nullcontext():
+            target, info = AutoModelForCausalLM.from_pretrained(directory, **options)
     except Exception as exc:  # transformers and safetensors raise many types; all mean "cannot load"
         raise CheckpointError(f"cannot load target from {directory}: {type(exc).__name__}: {exc}") from exc
+    if quantization is not None and quantization.dequantized:
+        widen_to(target, dtype)
     missing = sorted(info.get("missing_keys") or [])
     if missing:  # transformers would fill them with random values and only warn
         raise CheckpointError(f"inconsistent weights in {directory}: {len(missing)} tensor(s) the config needs are "

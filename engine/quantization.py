@@ -140,9 +140,11 @@ def loading_config(settings: dict, plan: TargetQuantization):
 
 
 def check_dequantizable(directory: Path, settings: dict, plan: TargetQuantization) -> None:
-    """transformers' FP8 dequantizer takes the block size from the grid of scales, so a weight
-    whose sides are not whole blocks (a last partial block) would be cut into wrong blocks: it
-    refuses with a page of report. Refused here in one line, from the safetensors headers alone."""
+    """transformers' FP8 dequantizer takes the block size from the grid of scales (side //
+    blocks), which is right for whole blocks and for a side shorter than one block, but cuts a
+    side with a last partial block into wrong blocks: 192 rows in two 128-row blocks are read as
+    two blocks of 96, silently, and 320 as an error with a page of report. Refused here in one
+    line, from the safetensors headers alone, before any weight is read."""
     if plan.format.method != "fp8" or not plan.dequantized:
         return
     from safetensors import safe_open
@@ -155,11 +157,16 @@ def check_dequantizable(directory: Path, settings: dict, plan: TargetQuantizatio
                 if not name.endswith("weight_scale_inv") or name.removesuffix("_scale_inv") not in names:
                     continue
                 shape = handle.get_slice(name.removesuffix("_scale_inv")).get_shape()
-                if len(shape) >= 2 and (shape[-2] % rows_block or shape[-1] % cols_block):
+                if len(shape) >= 2 and (partial(shape[-2], rows_block) or partial(shape[-1], cols_block)):
                     raise UnsupportedQuantizationError(
                         f"the target's block-wise FP8 weight {name.removesuffix('_scale_inv')} is "
                         f"{shape[-2]}x{shape[-1]}, not whole {rows_block}x{cols_block} blocks, and transformers "
                         f"cannot dequantize it on a device without FP8 kernels; run it with {ELSEWHERE}")
+
+
+def partial(side: int, block: int) -> bool:
+    """More than one block along ``side``, the last one not whole."""
+    return side > block and side % block != 0
 
 
 def widen_to(model, dtype: torch.dtype) -> None:

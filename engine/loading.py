@@ -148,6 +148,14 @@ def load_target(directory: Path, device: torch.device, dtype: torch.dtype):
     return target.eval(), tokenizer
 
 
+def stored_format(directory: Path, device: torch.device, dtype: torch.dtype) -> str:
+    """How the target in ``directory`` loads here when it is stored quantized, in words; ""
+    otherwise. A format that cannot load here is refused now, before anything is read."""
+    config_path = directory / "config.json"
+    plan = plan_quantization(read_json(config_path), device_kernels(device)) if config_path.is_file() else None
+    return plan.describe(dtype) if plan is not None else ""
+
+
 def target_load_options(device: torch.device, dtype: torch.dtype) -> dict:
     """How transformers loads a target: each tensor read from its safetensors file (memory-mapped)
     and written straight into the device in ``dtype``, shard by shard (``device_map``), instead of
@@ -205,6 +213,7 @@ class LoadedModels:
     context_window: int = 2048
     target_path: str = ""
     draft_path: str = ""
+    quantization: str = ""  # how a quantized target was loaded ("MXFP4, dequantized to float32 at load"); "" if not
 
 
 def part_of(report: Callable[[float, str], None], start: float, end: float) -> Callable[[float, str], None]:
@@ -231,7 +240,9 @@ def load_models(config: EngineConfig, progress: Callable[[float, str], None] | N
     # the draft's files too before the target loads: a draft that cannot be had fails in seconds
     draft_dir = resolve(draft_source, "draft", part_of(report, 0.5, 0.6), probe) if (
         config.speculative and draft_source) else None
-    report(0.6, f"loading target {target_dir.name} on {device.type} ({str(dtype).removeprefix('torch.')})")
+    stored = stored_format(target_dir, device, dtype)
+    report(0.6, f"loading target {target_dir.name} on {device.type} ({str(dtype).removeprefix('torch.')}"
+                f"{'; ' + stored if stored else ''})")
     target, tokenizer = load_target(target_dir, device, dtype)
     draft = None
     draft_path = ""
@@ -246,7 +257,7 @@ def load_models(config: EngineConfig, progress: Callable[[float, str], None] | N
     report(1.0, "ready")
     window = getattr(target.config, "max_position_embeddings", None) or 2048
     return LoadedModels(target, tokenizer, draft, device, dtype, name, stop_tokens(target, tokenizer),
-                        int(window), str(target_dir), draft_path)
+                        int(window), str(target_dir), draft_path, stored)
 
 
 def describe(models: LoadedModels) -> dict:

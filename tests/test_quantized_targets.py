@@ -68,6 +68,8 @@ def test_loaded_weights_are_the_stored_tensors_dequantized(quantized_pair):
     expected = expected_weights(target_dir)
     assert set(state) == set(expected), name
     assert {tensor.dtype for tensor in state.values() if tensor.is_floating_point()} == {torch.float32}
+    method = json.loads((target_dir / "config.json").read_text())["quantization_config"]["quant_method"]
+    assert models.quantization == f"{FORMATS[method].name}, dequantized to float32 at load"  # no kernel on a CPU
     different = [key for key in expected if not torch.equal(state[key], expected[key])]
     assert not different, (name, different[:3])
 

@@ -172,7 +172,7 @@ def partial(side: int, block: int) -> bool:
 def widen_to(model, dtype: torch.dtype) -> None:
     """Cast weights left in another dtype by dequantization (transformers writes MXFP4 as bf16)
     to the compute dtype. float32 tensors stay: transformers keeps some modules in fp32 on purpose
-    (``_keep_in_fp32_modules``), and widening them would change the unquantized model's math."""
+    (``_keep_in_fp32_modules``), and casting them to bf16 would change the model's math."""
     with torch.no_grad():
         for module in model.modules():
             for name, tensor in list(module.named_parameters(recurse=False)):

@@ -124,7 +124,8 @@ def expected_weights(root: Path) -> dict[str, torch.Tensor]:
         if key.endswith(("_scales", "_scale_inv")):
             continue
         if key.endswith("_blocks"):
-            weights[key.removesuffix("_blocks")] = from_mxfp4(value, stored[key.replace("_blocks", "_scales")]).transpose(1, 2)
+            scales = stored[key.replace("_blocks", "_scales")]
+            weights[key.removesuffix("_blocks")] = from_mxfp4(value, scales).transpose(1, 2)  # [experts, in, out]
             continue
         tensor = from_fp8(value, stored[key + "_scale_inv"]) if key + "_scale_inv" in stored else value.float()
         parts = key.split(".")

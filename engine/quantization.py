@@ -170,14 +170,22 @@ def partial(side: int, block: int) -> bool:
 
 
 def widen_to(model, dtype: torch.dtype) -> None:
-    """Cast weights left in another dtype by dequantization (transformers writes MXFP4 as bf16)
-    to the compute dtype. float32 tensors stay: transformers keeps some modules in fp32 on purpose
-    (``_keep_in_fp32_modules``), and casting them to bf16 would change the model's math."""
+    """Cast the weights dequantization left in another dtype (transformers writes MXFP4 as bf16;
+    tensors it renames while dequantizing FP8 keep their stored dtype) to ``dtype``, leaving in
+    fp32 what transformers keeps in fp32 for an unquantized load in ``dtype``: the modules a model
+    lists in ``_keep_in_fp32_modules_strict`` under fp16 or bf16, and ``_keep_in_fp32_modules``
+    under fp16. The loaded model then computes in the dtypes its unquantized twin would."""
+    keep = set()
+    if dtype in (torch.float16, torch.bfloat16):
+        keep |= set(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
+    if dtype == torch.float16:
+        keep |= set(getattr(model, "_keep_in_fp32_modules", None) or ())
     with torch.no_grad():
-        for module in model.modules():
+        for module_name, module in model.named_modules():
             for name, tensor in list(module.named_parameters(recurse=False)):
-                if tensor.is_floating_point() and tensor.dtype not in (dtype, torch.float32):
-                    setattr(module, name, torch.nn.Parameter(tensor.to(dtype), requires_grad=False))
+                wanted = torch.float32 if keep.intersection(f"{module_name}.{name}".split(".")) else dtype
+                if tensor.is_floating_point() and tensor.dtype != wanted:
+                    setattr(module, name, torch.nn.Parameter(tensor.to(wanted), requires_grad=False))
 
 
 @contextlib.contextmanager

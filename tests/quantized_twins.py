@@ -84,17 +84,22 @@ def skipped(name: str, settings: dict) -> bool:
     return (any(part in name for part in ("embed_tokens", "lm_head", "norm", "mlp.gate.")) or module in listed)
 
 
-def write_quantized_twin(root: Path, name: str, **overrides) -> Path:
-    """The twin ``name`` of ``QUANTIZED_TWINS`` saved under ``root`` in its published layout."""
+def write_quantized_twin(root: Path, name: str, quantized: bool = True, **overrides) -> Path:
+    """The twin ``name`` of ``QUANTIZED_TWINS`` saved under ``root`` in its published layout
+    (``quantized=False``: the same weights saved unquantized, as a reference)."""
     family, published, sizes = QUANTIZED_TWINS[name]
     settings = json.loads(json.dumps(PUBLISHED[published]))
-    target = family_twin(family, **{**sizes, **overrides})
+    tokenizer = tiny_tokenizer()
+    # an embedding padded past the tokenizer, as Qwen3's: the folder is a pair the CLI can run
+    target = family_twin(family, **{"vocab_size": len(tokenizer) + 16, **sizes, **overrides})
     if "ignored_layers" in settings:  # the published list names every layer's o_proj: the twin's own layers
         settings["ignored_layers"] = [f"model.layers.{i}.self_attn.o_proj"
                                       for i in range(target.config.num_hidden_layers)]
     root = Path(root)
     target.save_pretrained(root, safe_serialization=True)  # transformers writes the published key layout
-    tiny_tokenizer().save_pretrained(root)
+    tokenizer.save_pretrained(root)
+    if not quantized:
+        return root
     tensors = load_file(root / "model.safetensors")
     for key in list(tensors):
         value = tensors[key]

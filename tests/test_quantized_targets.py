@@ -74,6 +74,32 @@ def test_loaded_weights_are_the_stored_tensors_dequantized(quantized_pair):
     assert not different, (name, different[:3])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_dequantized_target_computes_in_the_dtypes_of_its_unquantized_twin(quantized_pair, dtype, tmp_path):
+    """Dequantized to bf16 (the GPU default) or fp16: each weight is in the dtype transformers
+    gives it when the same twin is stored unquantized (some stay fp32 on purpose), and equals the
+    stored tensor dequantized and rounded to that dtype."""
+    name, target_dir, _ = quantized_pair
+    target, _ = load_target(target_dir, CPU, dtype)
+    reference, _ = load_target(write_quantized_twin(tmp_path / "plain", name, quantized=False), CPU, dtype)
+    dtypes = {key: tensor.dtype for key, tensor in target.state_dict().items()}
+    assert dtypes == {key: tensor.dtype for key, tensor in reference.state_dict().items()}, name
+    expected = expected_weights(target_dir)
+    assert all(torch.equal(tensor, expected[key].to(tensor.dtype)) for key, tensor in target.state_dict().items())
+
+
+def test_generate_on_a_quantized_pair_matches_plain_decoding_at_the_cli(quantized_pair, capsys):
+    name, target_dir, _ = quantized_pair
+    argv = ["generate", "--target", str(target_dir), "--draft", str(target_dir.parent / "draft"),
+            "--max-new-tokens", "24", "--raw", "--json", "def add(a, b):"]
+    replies = []
+    for block in ("8", "1"):
+        assert main([*argv[:-1], "--block-size", block, argv[-1]]) == 0
+        replies.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    assert replies[0]["token_ids"] == replies[1]["token_ids"] and len(replies[0]["token_ids"]) == 24, name
+    assert replies[0]["block_size"] == 8 and replies[1]["block_size"] == 1
+
+
 @pytest.mark.parametrize("block", [4, 8])
 def test_greedy_dflash_equals_plain_greedy_on_a_quantized_target(quantized_pair, block, monkeypatch):
     name, _, models = quantized_pair

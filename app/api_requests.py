@@ -118,6 +118,7 @@ UNSUPPORTED = {
 }
 
 
+HONOURED = {"ChatCompletionRequest": ("reasoning_effort",)}  # of UNSUPPORTED: what one endpoint does take
 HARMLESS_VALUES = {"response_format": ({"type": "text"},), "modalities": (["text"],), "tool_choice": ("none",)}
 
 
@@ -162,7 +163,7 @@ def check_supported(body: _Common) -> None:
     """Refuse, by name, every parameter the server does not honour."""
     given = {**body.model_dump(exclude_unset=True), **(body.model_extra or {})}
     for name, value in given.items():
-        if name in UNSUPPORTED and name not in type(body).model_fields and not _asks_for_nothing(name, value):
+        if name in UNSUPPORTED and name not in HONOURED.get(type(body).__name__, ()) and not _asks_for_nothing(name, value):
             raise UnsupportedParameter(name, f"{name}: {UNSUPPORTED[name]}")
         if name not in UNSUPPORTED and name not in IGNORED and name not in type(body).model_fields:
             raise UnsupportedParameter(name, f"Unrecognized request argument supplied: {name}")

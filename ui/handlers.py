@@ -228,7 +228,8 @@ def chat_history(ctx: UIContext, session_id: int | None) -> tuple[list[dict], li
             figures = _light_trace(series.get(m["id"], []))
             figures.finished = {"tokens_per_s": m["tokens_per_s"]}
             rows.append({"role": "assistant", "content": notices.get(m["id"], "") + assistant_markdown(
-                m["content"], m["status"], figures, m["error"], m["kind"], tokens=m["new_tokens"])})
+                m["content"], m["status"], figures, m["error"], m["kind"], tokens=m["new_tokens"],
+                reasoning=m["reasoning"])})
         else:
             continue
         ids.append(m["id"])

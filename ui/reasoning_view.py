@@ -51,3 +51,18 @@ def split_line(trace: ReplyTrace) -> str:
     rates = " · ".join(f"{part} {fmt(figures[part][1], '.0%')}" for part in PARTS)
     return f"τ {taus}; drafts accepted: {rates} ({trace.reasoning_tokens} reasoning tokens)"
 
+
+
+def analytics_parts_html(by_part: dict) -> str:
+    """Session analytics' line for a reasoning model: mean τ and draft acceptance of the cycles
+    in the reasoning and in the answer ("" when the session has no reasoning)."""
+    if not by_part.get("reasoning") or not by_part["reasoning"].cycles:
+        return ""
+    cells = []
+    for part in PARTS:
+        f = by_part[part]
+        if f.cycles:
+            cells.append(f'<span data-part="{part}">in the {part}: <b>{f.mean_tau:.2f}</b> mean τ over {f.cycles} '
+                         f'cycle{"s" * (f.cycles != 1)} ({f.acceptance_rate or 0:.0%} of drafts accepted)</span>')
+    return (f'<p id="analytics-parts" style="font-size:13px">Reasoning and answer apart (a cycle counts where its '
+            f'first token is): {" · ".join(cells)}</p>')

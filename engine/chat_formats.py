@@ -33,8 +33,8 @@ FAMILY_LABELS = {
     "chatml": "ChatML (Qwen, MiMo)",
     "llama3": "Llama 3",
     "gemma": "Gemma",
-    "plain": "the model's own template",
-    "none": "no chat template (raw text)",
+    "plain": "its own",
+    "none": "none (raw text)",
 }
 
 
@@ -66,7 +66,7 @@ class ChatFormat:
             return f"{self.label}: thinking is {'on' if self.thinking_default else 'off'} by default"
         if self.reasoning == "think":
             return f"{self.label}: this template always opens a <think> block"
-        return f"this model has no thinking mode ({self.label} template)"
+        return f"this model has no thinking mode (chat format: {self.label})"
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class ChatOptions:
         if self.reasoning_effort is not None:
             if not fmt.efforts:
                 raise InvalidRequestError(
-                    f"reasoning_effort is not a setting of this model ({fmt.label} template); "
+                    f"reasoning_effort is not a setting of this model (chat format: {fmt.label}); "
                     "only harmony models (gpt-oss) take one")
             if self.reasoning_effort not in fmt.efforts:
                 raise InvalidRequestError(f"reasoning_effort must be one of {', '.join(fmt.efforts)}, "

@@ -183,3 +183,20 @@ def test_chat_options_come_from_the_stored_settings():
 def test_without_a_parser_the_stream_is_untouched():
     events = [object(), object()]
     assert list(with_reasoning(iter(events), None)) == events
+
+
+def test_generate_prints_the_answer_and_the_reasoning_apart(capsys):
+    import argparse
+    import json
+
+    from app.cmd_generate import generate_with
+
+    engine = ScriptedChatEngine("gpt_oss")
+    engine.enqueue(HARMONY_REPLY)
+    args = argparse.Namespace(raw=False, json=True, events=False, color="never", hide_rejected=False, thinking=None,
+                              reasoning_effort="high", fallback=False, fallback_preset=None)
+    assert generate_with(engine, args, "Write add in Python.", SamplingConfig(max_new_tokens=200, block_size=4)) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["text"] == "def add(a, b):\n    return a + b\n"
+    assert out["reasoning"] == "The user wants a function. Let me plan it." and out["reasoning_tokens"] > 0
+    assert "Reasoning: high" in engine.prompts[-1]

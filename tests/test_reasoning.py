@@ -82,7 +82,7 @@ def test_gpt_oss_reasoning_effort_goes_into_the_system_message_as_harmony_specif
     assert "Reasoning: medium\n" in text(ChatOptions())  # the template's default
     for effort in ("low", "high"):
         rendered = text(ChatOptions(reasoning_effort=effort))
-        assert f"<|start|>system<|message|>" in rendered and f"Reasoning: {effort}\n" in rendered
+        assert "<|start|>system<|message|>" in rendered and f"Reasoning: {effort}\n" in rendered
         assert rendered.endswith("<|start|>assistant")
     with pytest.raises(InvalidRequestError, match="low, medium, high"):
         engine.encode(ASK, chat=ChatOptions(reasoning_effort="extreme"))

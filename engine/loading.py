@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from .catalog import download_note
+from .chat_formats import end_token_ids
 from .config import EngineConfig
 from .draft import DFlashDraftModel, draft_setting, load_draft
 from .errors import CheckpointError, IncompatibleDraftError, InvalidRequestError
@@ -198,6 +199,7 @@ def stop_tokens(target, tokenizer) -> list[int]:
         if value is None:
             continue
         ids.extend(value if isinstance(value, (list, tuple)) else [value])
+    ids.extend(end_token_ids(tokenizer))  # the chat format's own (harmony's <|call|>, Qwen's <|im_end|>)
     return sorted(set(int(i) for i in ids))
 
 

@@ -206,7 +206,11 @@ def test_compare_is_kept_with_the_reply_and_the_page_races_it(store):
     assert "".join(s[2] for s in plain) == "".join(s[2] for s in fast) == DEFAULT_TEXT
     assert [s[1] for s in plain] == list(range(1, len(plain) + 1))  # plain decoding: one token per step
     assert all(a[0] <= b[0] for a, b in zip(plain, plain[1:]))  # the clock only goes forward
-    assert len(fast) < len(plain) and fast[-1][0] < plain[-1][0]  # fewer, faster steps: DFlash finishes first
+    # each lane runs on its own run's measured clock, as Compare stored it (whoever is faster wins)
+    for lane, run in ((plain, record["plain"]), (fast, record["dflash"])):
+        assert [s[0] for s in lane] == [round(step[0], 2) for step in run["steps"]]
+    tokens = 1 + sum(int(c["tau"]) for c in store.get_cycles(reply_id))  # the prefill's token, then each cycle's
+    assert plain[-1][1] == fast[-1][1] == tokens  # both lanes end on the reply's own token count
     assert "Compare's back-to-back runs" in doc["speed_source"]  # both times measured at the same moment
     assert doc["frames"][-1]["speed"] > 1
     page = Page(replay_html(load_share(store, session_id)))

@@ -97,11 +97,13 @@ def test_the_default_reply_is_the_last_and_others_are_picked_by_number(store):
     second = store.start_reply(session_id, model="fake-coder")
     store.update_message(second, content="def two(): return 2", status="complete")
     assert load_share(store, session_id).message["id"] == second
-    assert load_share(store, session_id, seq=2).message["id"] == first
-    with pytest.raises(ShareError, match="message 1 of session .* is the user's"):
-        load_share(store, session_id, seq=1)
-    with pytest.raises(ShareError, match="has no message 9"):
-        load_share(store, session_id, seq=9)
+    # replies are numbered 1, 2, … among the replies, whatever the user messages between them
+    assert load_share(store, session_id, reply=1).message["id"] == first
+    assert load_share(store, session_id, reply=2).message["id"] == second
+    assert load_share(store, session_id, reply=1).reply_number == 1
+    assert "Reply 2 by <b" in replay_html(load_share(store, session_id, reply=2))
+    with pytest.raises(ShareError, match="has no reply 3"):
+        load_share(store, session_id, reply=3)
     with pytest.raises(ShareError, match="session 99 does not exist"):
         load_share(store, 99)
     empty = store.create_session("nothing yet")
@@ -256,12 +258,12 @@ def test_sessions_share_writes_the_page_and_the_gif(capsys, tmp_path):
         session_id, _ = store_fake_reply(store)
     out, gif = tmp_path / "out" / "replay.html", tmp_path / "replay.gif"
     code, err = run(capsys, "sessions", "share", session_id, "--db", path, "-o", out, "--gif", gif)
-    assert code == 0 and "wrote the replay of reply 2" in err and "wrote the GIF" in err
+    assert code == 0 and "wrote the replay of reply 1" in err and "wrote the GIF" in err
     assert 'data-dflash-replay="1"' in out.read_text() and Image.open(gif).format == "GIF"
     assert run(capsys, "sessions", "share", session_id, "--db", path) == (
         2, "dflash-studio: error: say where to write the replay: -o FILE.html and/or --gif FILE.gif\n")
-    assert run(capsys, "sessions", "share", session_id, "--db", path, "--message", 1, "-o", out) == (
-        2, f"dflash-studio: error: message 1 of session {session_id} is the user's; only a reply can be shared\n")
+    assert run(capsys, "sessions", "share", session_id, "--db", path, "--reply", 2, "-o", out) == (
+        2, f"dflash-studio: error: session {session_id} has no reply 2 (see `dflash-studio sessions show {session_id}`)\n")
     assert run(capsys, "sessions", "share", 7, "--db", path, "-o", out)[1] == \
         "dflash-studio: error: session 7 does not exist\n"
     missing = tmp_path / "none.db"

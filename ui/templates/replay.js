@@ -85,11 +85,16 @@
       (f.cache ? " \u00b7 " + f.cache : "") + (f.fb ? " \u00b7 fallback: " + f.fb : "");
   }
 
+  // An earlier cycle's rejected drafts are left out unless the box is ticked: the reply then reads
+  // as the target wrote it (a rejected line break would break its lines); the cycle shown keeps its own.
   function drawText(k) {
     var box = $("rp-text");
+    var allRejected = $("rp-show-rejected").checked;
+    box.dataset.rejected = allRejected ? "all" : "current";
     var frag = document.createDocumentFragment();
     for (var f = 0; f <= k; f++) {
       frames[f].tok.forEach(function (t) {
+        if (t[1] === "rejected" && f < k && !allRejected) { return; }
         var span = node("span", "tok", t[0]);
         span.dataset.origin = t[1];
         span.dataset.cycle = String(f);
@@ -167,15 +172,17 @@
   $("rp-play").addEventListener("click", toggle);
   $("rp-slider").addEventListener("input", function (e) { step(e.target.value); });
   $("rp-speed").addEventListener("change", function () { if (timer !== null) { pause(); play(); } });
+  $("rp-show-rejected").addEventListener("change", function () { drawText(shown); });
 
   document.addEventListener("keydown", function (e) {
     if (e.altKey || e.ctrlKey || e.metaKey || e.defaultPrevented) { return; }
     var t = e.target, tag = t && t.tagName;
-    if (tag === "SELECT" || tag === "TEXTAREA" || (tag === "INPUT" && t.type !== "range")) { return; }
-    var onSlider = tag === "INPUT";  // a range slider moves itself one cycle on arrows, Home and End
+    var onBox = tag === "INPUT" && t.type === "checkbox";
+    if (tag === "SELECT" || tag === "TEXTAREA" || (tag === "INPUT" && t.type !== "range" && !onBox)) { return; }
+    var onSlider = tag === "INPUT" && !onBox;  // a range slider moves itself one cycle on arrows, Home and End
     var key = e.key;
     if (key === " " || key === "Spacebar") {
-      if (tag === "BUTTON") { return; }  // space presses the focused button
+      if (tag === "BUTTON" || onBox) { return; }  // space presses the focused button, ticks the focused box
       toggle();
     } else if (onSlider) {
       return;
@@ -198,7 +205,11 @@
   function setUpRace(race) {
     var section = $("rp-race");
     var names = ["plain", "dflash"];
-    var end = Number(section.dataset.endMs) || 0;
+    var end = 0;  // the later lane's last step: at the end both lanes show every token
+    names.forEach(function (name) {
+      var steps = race[name].steps;
+      if (steps.length) { end = Math.max(end, steps[steps.length - 1][0]); }
+    });
     var clock = 0, raf = null, wallStart = 0, clockStart = 0;
     var slider = $("race-slider");
     var totals = {};

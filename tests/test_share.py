@@ -348,3 +348,17 @@ def test_the_teach_share_button_never_offers_a_half_written_page(store, tmp_path
     with pytest.raises(OSError):
         share_file(SimpleNamespace(store=store), folder, message_id)
     assert list(folder.iterdir()) == [page] and page.read_text(encoding="utf-8") == whole
+
+
+def test_the_gif_counts_tokens_and_passes_in_words_that_agree(store):
+    from ui.share_gif import frame_figures
+
+    session_id, reply_id = store_fake_reply(store)
+    frames = replay_document(load_share(store, session_id))["frames"]
+    assert frame_figures(frames[0], 0) == "1 token so far, from the prefill pass (plain decoding starts the same way)"
+    taus = [int(c["tau"]) for c in store.get_cycles(reply_id)]
+    words = frame_figures(frames[1], 1)
+    assert words.startswith(f"{1 + taus[0]} tokens in 1 DFlash cycle (a target pass each) after the prefill; "
+                            f"plain decoding: {taus[0]} passes")
+    last = frame_figures(frames[-1], len(taus))
+    assert f"{1 + sum(taus)} tokens in {len(taus)} DFlash cycles" in last and f"plain decoding: {sum(taus)} passes" in last

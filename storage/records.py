@@ -23,7 +23,7 @@ def stored_model(row: Mapping[str, Any] | None) -> str:
     return str((row.get("settings") or {}).get("model") or row.get("model") or "")
 
 
-def reply_numbers(messages) -> dict[int, int]:
+def number_replies(messages) -> dict[int, int]:
     """Message id -> the reply's number in its session: 1, 2, … over the assistant's messages in
     order. What every view calls a reply ("reply 2"), whatever the user messages between them."""
     replies = [m for m in messages if m["role"] == "assistant"]

@@ -278,6 +278,22 @@ class SessionStore:
         )
         return [self._session_from_row(row) for row in rows]
 
+    def reply_models(self, session_ids: list[int]) -> dict[int, list[str]]:
+        """Session id -> the models its replies came from, in the order each first answered (a
+        session's own model is only the last one used: the rolling API session holds replies of
+        every model an editor asked)."""
+        if not session_ids:
+            return {}
+        marks = ", ".join("?" for _ in session_ids)
+        rows = self._query(
+            "SELECT session_id, coalesce(nullif(json_extract(settings, '$.model'), ''), model) AS name FROM messages "
+            f"WHERE role = 'assistant' AND session_id IN ({marks}) ORDER BY session_id, seq", list(session_ids))
+        models: dict[int, list[str]] = {session_id: [] for session_id in session_ids}
+        for row in rows:
+            if row["name"] and row["name"] not in models[row["session_id"]]:
+                models[row["session_id"]].append(row["name"])
+        return models
+
     def count_sessions(self) -> int:
         """How many sessions there are."""
         return self._scalar("SELECT count(*) FROM sessions")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.acceptance import AcceptanceCounts
+from storage.records import number_replies
 
 from . import charts
 from .render import bare_code, code_share, fenced_blocks, looks_like_code_line
@@ -159,8 +160,10 @@ def session_analytics(store, session_id: int) -> SessionAnalytics:
     by_region = {"code": Figures(), "prose": Figures()}
     token_classes = ClassCounts()
     replies = []
-    for message in store.get_messages(session_id):
-        if message["role"] != "assistant":
+    messages = store.get_messages(session_id)
+    numbers = number_replies(messages)  # as the share page, `sessions show` and Teach's menu number them
+    for message in messages:
+        if message["id"] not in numbers:
             continue
         text = message["content"] or ""
         share = 1.0 if message["kind"] == "complete" else code_share(text)
@@ -176,7 +179,7 @@ def session_analytics(store, session_id: int) -> SessionAnalytics:
             message_id=message["id"], seq=message["seq"], created_at=message["created_at"], mode=message["kind"],
             kind=kind, status=message["status"], model=message["model"], new_tokens=message["new_tokens"],
             tokens_per_s=message["tokens_per_s"], code_share=share,
-            preview=" ".join(text.split())[:60], figures=figures, number=len(replies) + 1,
+            preview=" ".join(text.split())[:60], figures=figures, number=numbers[message["id"]],
         ))
     return SessionAnalytics(session_id, session["title"], replies, by_kind, by_region, token_classes)
 

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 
 from engine.fallback import VERIFY_STEPS_PRIOR
-from storage.records import reply_numbers
+from storage.records import number_replies
 
 from .context import STORE_ERRORS
 from .teach_compare import Comparison, comparison_from_record, stored_run, why_different
@@ -42,7 +42,7 @@ class ShareReply:
     prompt: str  # the user message it answered (as text)
     cycles: list[dict]
     comparison: Comparison | None = None  # Compare's stored result, when it ran on this reply
-    reply_number: int = 1  # 1, 2, … among the session's replies (storage.records.reply_numbers)
+    reply_number: int = 1  # 1, 2, … among the session's replies (storage.records.number_replies)
 
 
 # ============================================================================ reading the store
@@ -55,7 +55,7 @@ def load_share(store, session_id: int, reply: int | None = None, message_id: int
         messages = store.get_messages(session_id)
     except STORE_ERRORS:
         raise ShareError(f"session {session_id} does not exist") from None
-    numbers = reply_numbers(messages)
+    numbers = number_replies(messages)
     message = _pick_reply(messages, numbers, session_id, reply, message_id)
     if message["status"] == "streaming":
         raise ShareError(f"reply {numbers[message['id']]} of session {session_id} is still being generated")

@@ -35,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
 
     list_parser = commands.add_parser("list", parents=[database], help="sessions, most recent first")
-    list_parser.add_argument("--search", metavar="TEXT", help="only sessions whose title or messages contain TEXT")
+    list_parser.add_argument("--search", metavar="TEXT", help="only sessions whose title or messages hold every word of TEXT (a word's start "
+                             "is enough: 'fib' finds 'fibonacci'), best match first, each with its match in [brackets]")
     list_parser.add_argument("--limit", type=int, default=200, help="at most this many (default 200)")
     list_parser.set_defaults(func=_guarded(list_sessions))
 
@@ -108,8 +109,10 @@ def list_sessions(args: argparse.Namespace) -> int:
     if store is None:
         print(f"no sessions yet ({_db_path(args)} does not exist)")
         return 0
+    searching = bool(args.search and args.search.strip())
     with store:
-        sessions = store.search_sessions(args.search, args.limit) if args.search else store.list_sessions(args.limit)
+        matches = store.search(args.search, args.limit) if searching else []
+        sessions = [m.session for m in matches] if searching else store.list_sessions(args.limit)
         by_session = store.reply_models([session.id for session in sessions])
     if not sessions:
         print("no sessions" + (f" matching {args.search!r}" if args.search else ""))
@@ -117,10 +120,13 @@ def list_sessions(args: argparse.Namespace) -> int:
     models = {session.id: models_label(by_session[session.id], session["model"]) for session in sessions}
     width = max(len("MODEL"), *(len(label) for label in models.values()))  # never cut a name
     print(f"{'ID':>5}  {'UPDATED':<19}  {'MSGS':>4}  {'MODEL':<{width}}  TITLE")
+    snippets = {m.session.id: m.snippet for m in matches if m.field == "message"}
     for session in sessions:
         updated = session["updated_at"][:19].replace("T", " ")
         print(f"{session['id']:>5}  {updated:<19}  {session['message_count']:>4}  "
               f"{models[session.id]:<{width}}  {session['title']}")
+        if session.id in snippets:  # where the words are, when not in the title
+            print(f"{'':>5}  {' '.join(snippets[session.id].split())}")
     return 0
 
 

@@ -96,3 +96,13 @@ class Message(_Stored):
     decode_ms: float | None
     total_ms: float | None
     finish_reason: str | None
+
+
+@dataclass(frozen=True)
+class SessionMatch:
+    """A session a search found: where its best match is (``field``: title | message) and that
+    match in context (``snippet``), the matched words between the marks the search was given."""
+
+    session: Session
+    field: str
+    snippet: str

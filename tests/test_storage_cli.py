@@ -45,7 +45,9 @@ def test_list_shows_sessions_most_recent_first(capsys, db_path):
 
 def test_list_search_and_a_missing_database(capsys, db_path, tmp_path):
     found = run(capsys, "sessions", "list", "--db", str(db_path), "--search", "FIB")[1]
-    assert [line.split()[0] for line in found.splitlines()[1:]] == ["1"]
+    assert [line.split()[0] for line in found.splitlines()[1:]] == ["1"]  # a title match: the title says it
+    found = run(capsys, "sessions", "list", "--db", str(db_path), "--search", "sort this")[1].splitlines()
+    assert found[1].split()[0] == "2" and found[2].strip() == "[sort] [this]"  # a message match, marked
     assert run(capsys, "sessions", "list", "--db", str(db_path), "--search", "zebra") == (
         0, "no sessions matching 'zebra'\n", "")
     missing = tmp_path / "nowhere" / "sessions.db"

@@ -529,6 +529,8 @@ def test_replies_are_numbered_1_2_in_the_menu_the_analytics_the_share_page_and_t
     assert [(r.number, r.message_id) for r in an.session_analytics(ctx.store, session_id).replies] == [
         (1, menu[0][1]), (2, menu[1][1])]
     assert [load_share(ctx.store, session_id, reply=n).message["id"] for n in (1, 2)] == [menu[0][1], menu[1][1]]
+    rows = list(csv.DictReader(io.StringIO(an.replies_csv(an.session_analytics(ctx.store, session_id)))))
+    assert [(row["reply"], int(row["message_id"])) for row in rows] == [("1", menu[0][1]), ("2", menu[1][1])]
     assert cli(["sessions", "show", str(session_id), "--db", str(ctx.store.path)]) == 0
     headers = [line.split(" · ")[0] for line in capsys.readouterr().out.splitlines() if " · complete" in line]
     assert headers == ["user", "reply 1", "user", "reply 2"]

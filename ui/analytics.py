@@ -188,7 +188,7 @@ def session_analytics(store, session_id: int) -> SessionAnalytics:
 
 TABLE_HEADERS = ["reply", "kind", "mode", "status", "tokens", "cycles", "mean τ", "acceptance", "tok/s",
                  "max block", "created", "text"]
-REPLY_COLUMNS = ["message_id", "seq", "created_at", "kind", "mode", "status", "model", "new_tokens", "tokens_per_s",
+REPLY_COLUMNS = ["message_id", "reply", "created_at", "kind", "mode", "status", "model", "new_tokens", "tokens_per_s",
                  "code_share"]
 FIGURE_COLUMNS = ["cycles", "cycle_tokens", "mean_tau", "acceptance_rate", "max_block_size"]
 SUMMARY_COLUMNS = ["kind", "replies"]
@@ -242,7 +242,7 @@ def replies_csv(analytics: SessionAnalytics) -> str:
     slots, taus = _shape(analytics)
     rows = [REPLY_COLUMNS + _figure_headers(slots, taus)]
     for r in analytics.replies:
-        rows.append([r.message_id, r.seq, r.created_at, r.kind, r.mode, r.status, r.model,
+        rows.append([r.message_id, r.number, r.created_at, r.kind, r.mode, r.status, r.model,
                      "" if r.new_tokens is None else r.new_tokens, _number(r.tokens_per_s, ".3f"),
                      f"{r.code_share:.3f}"] + _figure_cells(r.figures, slots, taus))
     return _csv(rows)

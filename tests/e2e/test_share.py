@@ -265,11 +265,13 @@ def test_the_watch_sees_a_fetch_and_a_script_when_a_page_makes_them(browser, tmp
         offline.close()
 
 
-def download(page, selector: str, folder, name: str):
+def download(page, selector: str, folder, name: str, suggested: list | None = None):
     with page.expect_download() as info:
         page.click(selector)
     target = folder / name
     info.value.save_as(target)
+    if suggested is not None:
+        suggested.append(info.value.suggested_filename)
     return target
 
 
@@ -283,8 +285,11 @@ def test_teach_share_and_gif_buttons_download_the_replay_of_the_reply_shown(page
     session_id = studio.store.list_sessions(limit=1)[0]["id"]
     reply = studio.store.get_messages(session_id)[-1]
     page.wait_for_selector("#teach-share:not([disabled])")
-    first = download(page, "#teach-share", tmp_path, "first.html").read_text(encoding="utf-8")
+    names: list[str] = []
+    first = download(page, "#teach-share", tmp_path, "first.html", names).read_text(encoding="utf-8")
     assert f'data-cycles="{len(studio.store.get_cycles(reply["id"]))}"' in first and 'data-race="none"' in first
+    # the session's first reply is reply 1, in the page and in the file's name
+    assert "Reply 1 by" in first and names[0] == f"dflash-replay-session{session_id}-reply1.html"
     # after Compare, the file races plain decoding against DFlash
     page.click("#compare")
     page.wait_for_selector("#compare-result [data-identical]", timeout=30_000)

@@ -331,8 +331,9 @@ class SessionStore:
     def search(self, query: str, limit: int | None = 200, marks: tuple[str, str] = ("[", "]")) -> list[SessionMatch]:
         """Full-text search (the FTS5 indexes of migration m005): sessions whose title or one of
         whose messages holds every word of ``query`` as the start of a word, case-insensitively,
-        ranked by BM25 (best first), each with its match highlighted between ``marks``: the title
-        when it matches (a session named for the words), else its best matching message."""
+        ranked by BM25 (a session by its best match, title or message), each with its match
+        highlighted between ``marks``: the title when it matches (a session named for the words),
+        else its best matching message."""
         match = fts_query(query)
         if match is None:
             return []
@@ -345,11 +346,11 @@ class SessionStore:
             " SELECT m.session_id, bm25(messages_fts), 'message',"
             "  snippet(messages_fts, 0, :open, :close, '…', :tokens)"
             " FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid WHERE messages_fts MATCH :match),"
-            " best AS (SELECT *, row_number() OVER (PARTITION BY session_id ORDER BY field = 'title' DESC, rank) AS n"
-            " FROM hits)"
+            " best AS (SELECT *, min(rank) OVER (PARTITION BY session_id) AS session_rank,"
+            "  row_number() OVER (PARTITION BY session_id ORDER BY field = 'title' DESC, rank) AS n FROM hits)"
             f" SELECT x.*, best.field AS match_field, best.snippet AS match_snippet FROM ({self._SESSION_SELECT}) x"
             " JOIN best ON best.session_id = x.id AND best.n = 1"
-            " ORDER BY best.rank, x.updated_at DESC, x.id DESC LIMIT :limit",
+            " ORDER BY best.session_rank, x.updated_at DESC, x.id DESC LIMIT :limit",
             {"match": match, "open": marks[0], "close": marks[1], "tokens": SNIPPET_TOKENS,
              "limit": -1 if limit is None else limit},
         )

@@ -24,7 +24,6 @@ import base64
 import hashlib
 import json
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -59,13 +58,12 @@ def _no_nul(value):
     return value.replace("\x00", "\ufffd") if isinstance(value, str) and not isinstance(value, Markup) else value
 
 
-@lru_cache(maxsize=1)
 def _environment() -> Environment:
+    """Made per page (a page is rendered now and then, on a click or a command): no state kept between pages."""
     return Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined,
                        finalize=_no_nul, keep_trailing_newline=True)
 
 
-@lru_cache(maxsize=1)
 def page_assets() -> tuple[str, str]:
     """The page's style and script, as the files hold them (their hashes go into the policy)."""
     return ((TEMPLATES / "replay.css").read_text(encoding="utf-8"),

@@ -318,5 +318,10 @@ def test_train_eval_pass1_on_the_request_pair(tmp_path, tasks, capsys):
     assert summary["identical"] == "3/3"  # two requests alone and one follow-up
     report = json.loads(out.read_text())[0]
     alone = [r for r in report["replies"] if r["turn"] == 1]
-    assert summary["alone"]["lenient"] == sum(r["lenient"] == "passed" for r in alone)
+    # each stored reply run again through the sandbox here: the report's verdicts and its tally agree with it
+    by_name = {task.name: task for task in tasks}
+    for mode in ("strict", "lenient"):
+        runs = [check_reply(by_name[r["name"]], r["reply"], lenient=mode == "lenient") for r in alone]
+        assert [r[mode] for r in alone] == [run.outcome for run in runs]
+        assert summary["alone"][mode] == sum(run.passed for run in runs)
     assert summary["followups"]["n"] == 1 and report["replies"][-1]["turn"] == 2

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.acceptance import AcceptanceCounts
+from storage.records import number_replies
 
 from . import charts
 from .render import bare_code, code_share, fenced_blocks, looks_like_code_line
@@ -164,8 +165,10 @@ def session_analytics(store, session_id: int) -> SessionAnalytics:
     token_classes = ClassCounts()
     by_part = {"reasoning": Figures(), "answer": Figures()}
     replies = []
-    for message in store.get_messages(session_id):
-        if message["role"] != "assistant":
+    messages = store.get_messages(session_id)
+    numbers = number_replies(messages)  # as the share page, `sessions show` and Teach's menu number them
+    for message in messages:
+        if message["id"] not in numbers:
             continue
         text = message["content"] or ""
         share = 1.0 if message["kind"] == "complete" else code_share(text)
@@ -182,7 +185,7 @@ def session_analytics(store, session_id: int) -> SessionAnalytics:
             message_id=message["id"], seq=message["seq"], created_at=message["created_at"], mode=message["kind"],
             kind=kind, status=message["status"], model=message["model"], new_tokens=message["new_tokens"],
             tokens_per_s=message["tokens_per_s"], code_share=share,
-            preview=" ".join(text.split())[:60], figures=figures, number=len(replies) + 1,
+            preview=" ".join(text.split())[:60], figures=figures, number=numbers[message["id"]],
         ))
     return SessionAnalytics(session_id, session["title"], replies, by_kind, by_region, token_classes, by_part)
 
@@ -191,7 +194,7 @@ def session_analytics(store, session_id: int) -> SessionAnalytics:
 
 TABLE_HEADERS = ["reply", "kind", "mode", "status", "tokens", "cycles", "mean τ", "acceptance", "tok/s",
                  "max block", "created", "text"]
-REPLY_COLUMNS = ["message_id", "seq", "created_at", "kind", "mode", "status", "model", "new_tokens", "tokens_per_s",
+REPLY_COLUMNS = ["message_id", "reply", "created_at", "kind", "mode", "status", "model", "new_tokens", "tokens_per_s",
                  "code_share"]
 FIGURE_COLUMNS = ["cycles", "cycle_tokens", "mean_tau", "acceptance_rate", "max_block_size"]
 SUMMARY_COLUMNS = ["kind", "replies"]
@@ -245,7 +248,7 @@ def replies_csv(analytics: SessionAnalytics) -> str:
     slots, taus = _shape(analytics)
     rows = [REPLY_COLUMNS + _figure_headers(slots, taus)]
     for r in analytics.replies:
-        rows.append([r.message_id, r.seq, r.created_at, r.kind, r.mode, r.status, r.model,
+        rows.append([r.message_id, r.number, r.created_at, r.kind, r.mode, r.status, r.model,
                      "" if r.new_tokens is None else r.new_tokens, _number(r.tokens_per_s, ".3f"),
                      f"{r.code_share:.3f}"] + _figure_cells(r.figures, slots, taus))
     return _csv(rows)

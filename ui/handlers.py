@@ -171,9 +171,17 @@ def settings_outputs(ctx: UIContext, settings: dict | None) -> dict:
 # ============================================================================ views
 
 
+SEARCH_MARKS = ("«", "»")  # a search's matched words in the sessions list (a radio label is plain text)
+
+
 def session_choices(ctx: UIContext, query: str = "") -> list[tuple[str, int]]:
-    sessions = ctx.store.search_sessions(query) if query and query.strip() else ctx.store.list_sessions()
-    return distinct_labels([(s["title"], s["id"]) for s in sessions])
+    """The sessions list; a search lists the best match first, each with its match in context."""
+    if not (query and query.strip()):
+        return distinct_labels([(s["title"], s["id"]) for s in ctx.store.list_sessions()])
+    matches = ctx.store.search(query, marks=SEARCH_MARKS)
+    labels = distinct_labels([(m.session.title, m.session.id) for m in matches])
+    return [(m.snippet + label[len(m.session.title):] if m.field == "title" else f"{label} · {m.snippet}", session_id)
+            for (label, session_id), m in zip(labels, matches)]  # label[len(title):]: distinct_labels' " (2)"
 
 
 def distinct_labels(choices: list[tuple[str, int]]) -> list[tuple[str, int]]:

@@ -134,10 +134,12 @@ def _conversation_column(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) ->
             with gr.Row():
                 c.complete = gr.Button("Continue the code", variant="primary", elem_id="complete")
                 c.complete_stop = gr.Button("Stop", variant="stop", elem_id="complete-stop")
-        with gr.Tab("Teach", elem_id="teach") as teach_tab:
-            c.teach = build_teach_tab(ctx, demo, teach_tab, chat_session=c.remembered)
-    c.stats = gr.HTML(stats_html(None), elem_id="stats")  # the figures of the tab shown (Chat or Complete)
-    c.token_view = gr.HTML(render_token_view(None), elem_id="token-view")
+        with gr.Tab("Teach", elem_id="teach") as c.teach_tab:
+            c.teach = build_teach_tab(ctx, demo, c.teach_tab, chat_session=c.remembered)
+    # The figures of the tab shown (Chat or Complete); Teach has its own, so they hide there.
+    with gr.Column(elem_id="reply-figures") as c.reply_figures:
+        c.stats = gr.HTML(stats_html(None), elem_id="stats")
+        c.token_view = gr.HTML(render_token_view(None), elem_id="token-view")
 
 
 def _settings_column(ctx: UIContext, c: SimpleNamespace) -> None:
@@ -285,6 +287,13 @@ def _wire_defaults_and_tabs(ctx: UIContext, c: SimpleNamespace, outputs) -> None
     for tab, mode in ((c.chat_tab, "chat"), (c.complete_tab, "complete")):
         tab.select(figures.wrap(partial(h.tab_figures, ctx, mode=mode)), [c.session, c.page], figures.components,
                    api_visibility="undocumented")
+    # Teach draws its own reply; the panel of the tab shown before it would sit under it, unrelated
+    for tab, shown in ((c.chat_tab, True), (c.complete_tab, True), (c.teach_tab, False)):
+        tab.select(partial(shown_or_hidden, shown), None, c.reply_figures, queue=False, api_visibility="undocumented")
+
+
+def shown_or_hidden(shown: bool):
+    return gr.update(visible=shown)
 
 
 def _wire_sessions(ctx: UIContext, c: SimpleNamespace, outputs, view: Outputs) -> None:

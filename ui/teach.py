@@ -22,7 +22,7 @@ from functools import partial
 import gradio as gr
 
 from engine.interface import capabilities_of
-from storage.records import stored_model
+from storage.records import number_replies, stored_model
 
 from . import analytics as an
 from . import charts
@@ -57,18 +57,20 @@ def session_choices(ctx: UIContext) -> list[tuple[str, int]]:
 
 
 def reply_choices(ctx: UIContext, session_id: int | None) -> list[tuple[str, int]]:
-    """The session's replies, newest last: "#seq · text… · N cycles · τ x"."""
+    """The session's replies, newest last: "reply 1 · text… · N cycles · τ x" (numbered as everywhere)."""
     if session_id is None:
         return []
     stats = {r["message_id"]: r for r in ctx.store.session_stats(session_id)["replies"]}
     choices = []
-    for m in ctx.store.get_messages(session_id):
-        if m["role"] != "assistant":
+    messages = ctx.store.get_messages(session_id)
+    numbers = number_replies(messages)
+    for m in messages:
+        if m["id"] not in numbers:
             continue
         r = stats.get(m["id"], {})
         preview = " ".join((m["content"] or "").split())[:40] or "(empty)"
         figures = f"{r.get('cycles') or 0} cycles" + (f" · τ {r['mean_tau']:.2f}" if r.get("mean_tau") else "")
-        choices.append((f"#{m['seq']} · {preview} · {figures}", m["id"]))
+        choices.append((f"reply {numbers[m['id']]} · {preview} · {figures}", m["id"]))
     return choices
 
 

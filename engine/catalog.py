@@ -2,8 +2,11 @@
 user recognises, with their hub ids and what they take (a download, memory).
 
 Sizes are estimates from parameter counts (as the hub's model pages round them) times bytes
-per parameter: stored bytes for the download, bf16 for memory (the engine computes in bf16 on a
-GPU), plus a margin for the KV cache and activations of a few thousand tokens. Each entry says
+per parameter, computed here once (``PairSize``) for every place that shows them: stored, what
+the download takes (the target as its maker stores it, MXFP4 or FP8 where it is quantised; the
+draft in bf16); and once loaded, in bf16 (the engine computes in bf16 on a GPU and dequantises
+what it cannot run quantised), plus a margin for the KV cache and activations of a few thousand
+tokens. Each entry says
 where its hub ids were read (``seen``): z-lab's README gives both ids of the first pairs; the
 later drafts' ids are those of z-lab's hub pages, their targets' follow the makers' naming and
 were not confirmed. A pair's entry may pin a revision (``REPO@REVISION``).
@@ -11,19 +14,44 @@ were not confirmed. A pair's entry may pin a revision (``REPO@REVISION``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Callable
 
+from .errors import CheckpointError
 from .hub import HubProbe, HubRef, cached, format_bytes, parse_hub_ref
 
 BF16 = 2.0  # bytes per parameter
 MXFP4 = 0.53  # gpt-oss stores its experts in MXFP4 (4.25 bits) and the rest in bf16: 13.8 GB for 21B
 FP8 = 1.0  # MiMo-V2.5 ships FP8 weights
+MXFP4_AND_FP8 = 0.6  # MiMo-V2.5-Pro-FP4: MXFP4 experts (most of the weights), FP8 attention and dense layers
 MEMORY_MARGIN = 1.10  # KV cache, activations and allocator slack on top of the weights
 MEMORY_FLOOR_BYTES = 1.0e9
 
 ZLAB_README = "both ids as in z-lab's README"
 ZLAB_README_AND_PAGE = "target id as in z-lab's README, draft id as on z-lab's hub page"
 ZLAB_DRAFT_PAGE = "draft id as on z-lab's hub page; target id by the maker's naming, not confirmed"
+
+
+class NotEnoughMemoryError(CheckpointError):
+    """A pair needs more memory once loaded than this machine (or its GPU) has free."""
+
+
+@dataclass(frozen=True)
+class PairSize:
+    """What a pair takes, in bytes: stored (the download) per checkpoint, and once loaded."""
+
+    target_stored: float
+    draft_stored: float
+    loaded: float
+
+    @property
+    def stored(self) -> float:
+        return self.target_stored + self.draft_stored
+
+    def words(self) -> str:
+        """'18.4 GB stored, about 20.2 GB once loaded'"""
+        return f"{format_bytes(self.stored)} stored, about {format_bytes(self.loaded)} once loaded"
 
 
 @dataclass(frozen=True)
@@ -37,13 +65,19 @@ class PublishedPair:
     seen: str = ZLAB_DRAFT_PAGE  # where the hub ids were read
 
     @property
+    def size(self) -> PairSize:
+        """The one source of every size the menu, the API and the loading messages show."""
+        weights = (self.target_billions + self.draft_billions) * 1e9 * BF16
+        return PairSize(self.target_billions * 1e9 * self.stored_bytes, self.draft_billions * 1e9 * BF16,
+                        max(weights * MEMORY_MARGIN, weights + MEMORY_FLOOR_BYTES))
+
+    @property
     def download_bytes(self) -> float:
-        return self.target_billions * 1e9 * self.stored_bytes + self.draft_billions * 1e9 * BF16
+        return self.size.stored
 
     @property
     def memory_bytes(self) -> float:
-        weights = (self.target_billions + self.draft_billions) * 1e9 * BF16
-        return max(weights * MEMORY_MARGIN, weights + MEMORY_FLOOR_BYTES)
+        return self.size.loaded
 
     @property
     def refs(self) -> tuple[HubRef, HubRef]:
@@ -51,8 +85,7 @@ class PublishedPair:
 
     def describe(self) -> str:
         """One line for the menu's details and the API: ids, download and memory (estimates)."""
-        return (f"{self.target} + {self.draft}; download about {format_bytes(self.download_bytes)}, memory about "
-                f"{format_bytes(self.memory_bytes)} in bf16 (estimates); {self.seen}")
+        return f"{self.target} + {self.draft}; {self.size.words()} in bf16 (estimates); {self.seen}"
 
 
 PUBLISHED_PAIRS: tuple[PublishedPair, ...] = (
@@ -82,27 +115,83 @@ PUBLISHED_PAIRS: tuple[PublishedPair, ...] = (
     PublishedPair("MiMo-V2.5 + its own DFlash", "XiaomiMiMo/MiMo-V2.5-DFlash", "XiaomiMiMo/MiMo-V2.5-DFlash/dflash",
                   311.0, 1.0, stored_bytes=FP8, seen="repository as on the hub; its dflash/ folder as in a "
                   "third-party copy of its config, not confirmed"),
+    PublishedPair("MiMo-V2.5-Pro-FP4 + its own DFlash", "XiaomiMiMo/MiMo-V2.5-Pro-FP4-DFlash",
+                  "XiaomiMiMo/MiMo-V2.5-Pro-FP4-DFlash/dflash", 1020.0, 1.5, stored_bytes=MXFP4_AND_FP8,
+                  seen="repository and its dflash/ folder as a public copy of dflash/config.json names them"),
 )
 
 
-def find_pair(name: str, pairs: tuple[PublishedPair, ...] = PUBLISHED_PAIRS) -> PublishedPair | None:
-    return next((pair for pair in pairs if pair.name == name), None)
+def find_pair(name: str, pairs: tuple[PublishedPair, ...] | None = None) -> PublishedPair | None:
+    """A pair by its menu name, or that name as an API client or a command line types it
+    ('qwen3-8b-z-lab-dflash-b16')."""
+    pairs = PUBLISHED_PAIRS if pairs is None else pairs
+    wanted = _slug(name)
+    return next((pair for pair in pairs if pair.name == name or _slug(pair.name) == wanted), None)
 
 
-def download_note(source: str, pairs: tuple[PublishedPair, ...] = PUBLISHED_PAIRS) -> str:
-    """"about 16.4 GB" for a published target or draft (what its download takes), else ""."""
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._]+", "-", name).strip("-").lower()
+
+
+def pair_of(target: str | None, draft: str | None, pairs: tuple[PublishedPair, ...] | None = None
+            ) -> PublishedPair | None:
+    """The published pair whose target (and draft, when given) these hub ids name, if any."""
+    pairs = PUBLISHED_PAIRS if pairs is None else pairs
+    wanted = [_same(source) for source in (target, draft)]
+    for pair in pairs:
+        target_ref, draft_ref = pair.refs
+        if wanted[0] == (target_ref.repo_id, target_ref.subfolder) and wanted[1] in (
+                None, (draft_ref.repo_id, draft_ref.subfolder)):
+            return pair
+    return None
+
+
+def _same(source: str | None):
+    if not source:
+        return None
     try:
-        wanted = parse_hub_ref(source)
-    except Exception:  # a path, not a hub id: nothing to download
-        return ""
-    same = (wanted.repo_id, wanted.subfolder)
+        ref = parse_hub_ref(source)
+    except Exception:  # a path, not a hub id
+        return ("", source)
+    return (ref.repo_id, ref.subfolder)
+
+
+def download_note(source: str, pairs: tuple[PublishedPair, ...] | None = None) -> str:
+    """What a published target or draft's download takes, with the pair's sizes beside it
+    ("Qwen/Qwen3-8B: 16.4 GB of the pair's 18.4 GB stored, about 20.2 GB once loaded"), else ""."""
+    pairs = PUBLISHED_PAIRS if pairs is None else pairs
+    wanted = _same(source)
     for pair in pairs:
         target, draft = pair.refs
-        if same == (target.repo_id, target.subfolder):
-            return f"about {format_bytes(pair.target_billions * 1e9 * pair.stored_bytes)}"
-        if same == (draft.repo_id, draft.subfolder):
-            return f"about {format_bytes(pair.draft_billions * 1e9 * BF16)}"
+        size = pair.size
+        for ref, stored in ((target, size.target_stored), (draft, size.draft_stored)):
+            if wanted == (ref.repo_id, ref.subfolder):
+                return (f"{ref.repo_id}{'/' + ref.subfolder if ref.subfolder else ''}: {format_bytes(stored)} of "
+                        f"the pair's {size.words()}")
     return ""
+
+
+FreeMemory = Callable[[], tuple[float, str]]
+
+
+def fits(pair: PublishedPair, free_memory: FreeMemory, bytes_per_parameter: float = BF16) -> str:
+    """"" when the pair, loaded with ``bytes_per_parameter`` (bf16: 2, float32: 4), fits in the
+    memory ``free_memory()`` reports, else why not, in one line."""
+    needed = pair.size.loaded * bytes_per_parameter / BF16
+    free, where = free_memory()
+    if needed <= free:
+        return ""
+    dtype = {2.0: "bf16", 4.0: "float32"}.get(float(bytes_per_parameter), f"{bytes_per_parameter:g} bytes a parameter")
+    return (f"{pair.name} needs about {format_bytes(needed)} once loaded in {dtype} and this machine has "
+            f"{format_bytes(free)} of {where} free")
+
+
+def check_fits(pair: PublishedPair, free_memory: FreeMemory, bytes_per_parameter: float = BF16) -> None:
+    """Refuse, before any download, a pair that cannot fit (``NotEnoughMemoryError``)."""
+    problem = fits(pair, free_memory, bytes_per_parameter)
+    if problem:
+        raise NotEnoughMemoryError(f"{problem}: it cannot run here (pick a smaller pair, or run it where more "
+                                   "memory is free)")
 
 
 def is_downloaded(pair: PublishedPair) -> bool:
@@ -111,12 +200,18 @@ def is_downloaded(pair: PublishedPair) -> bool:
     return cached(target, "target") is not None and cached(draft, "draft") is not None
 
 
-def availability(pair: PublishedPair, probe: HubProbe) -> str:
-    """What picking the pair means here, for the menu: it is downloaded; it downloads first; or
-    it cannot be had on this machine now (no network) and what it would take."""
+def availability(pair: PublishedPair, probe: HubProbe, free_memory: FreeMemory | None = None) -> str:
+    """What picking the pair means here, for the menu: it does not fit in this machine's memory;
+    it is downloaded; it downloads first; or it cannot be had on this machine now (no network)
+    and what it would take. Sizes as ``PairSize.words`` states them."""
+    if free_memory is not None:
+        free, where = free_memory()
+        if pair.size.loaded > free:
+            return (f"does not fit here: about {format_bytes(pair.size.loaded)} once loaded, {format_bytes(free)} of "
+                    f"{where} free")
+    size = pair.size.words()
     if is_downloaded(pair):
-        return f"downloaded, needs about {format_bytes(pair.memory_bytes)} of memory"
-    size = format_bytes(pair.download_bytes)
+        return f"downloaded, {size}"
     if probe.reachable():
-        return f"downloads {size} first, needs about {format_bytes(pair.memory_bytes)} of memory"
-    return f"needs a download of {size}; no network"
+        return f"downloads first: {size}"
+    return f"needs a download: {size}; no network"

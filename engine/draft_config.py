@@ -175,15 +175,18 @@ def unused_here(raw: dict, nested: dict, weights) -> dict[str, str]:
     merged = {**raw, **nested}
     unused = {}
     rope = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
-    if (rope.get("rope_type") or rope.get("type") or "default") == "default":
+    rope_type = rope.get("rope_type") or rope.get("type") or "default"
+    if rope_type == "default":
         unused["max_position_embeddings"] = "no rope scaling reads it (plain RoPE needs no length)"
+    elif rope_type in ("yarn", "linear") and rope.get("factor") and (rope_type == "linear" or rope.get(
+            "original_max_position_embeddings")):
+        unused["max_position_embeddings"] = "rope_scaling's own factor and original length set the scaling"
     layer_types = raw.get("layer_types")
     layers_slide = any(t == "sliding_attention" for t in layer_types or [])
     if layer_types is None and raw.get("use_sliding_window"):  # Qwen3Config makes the layers from these
         layers_slide = raw.get("num_hidden_layers", 1) > raw.get("max_window_layers", 28)
     if layer_types is not None:
-        for key in ("use_sliding_window", "max_window_layers"):
-            unused[key] = "layer_types lists each layer's kind, which decides"
+        unused["max_window_layers"] = "layer_types lists each layer's kind, which decides"
     elif not raw.get("use_sliding_window"):
         unused["max_window_layers"] = "use_sliding_window is off: no layer is made sliding"
     swa_everywhere = bool(merged.get("use_swa")) and not layers_slide
@@ -194,6 +197,8 @@ def unused_here(raw: dict, nested: dict, weights) -> dict[str, str]:
         unused["sliding_window"] = "dflash_config.swa_window_size sets the window"
     if "embed_tokens.weight" not in weights:
         unused["tie_word_embeddings"] = "the draft has no embed_tokens of its own: the target's head is used"
+    elif "lm_head.weight" in weights:
+        unused["tie_word_embeddings"] = "the draft ships its own lm_head: nothing is tied"
     for name, key in (("is_neox_style", "is_neox_style"), ("rope_is_neox_style", "rope_is_neox_style")):
         if raw.get(key) is True:
             unused[name] = "true is the only RoPE layout there is here (false is refused)"
@@ -202,6 +207,9 @@ def unused_here(raw: dict, nested: dict, weights) -> dict[str, str]:
             unused[name] = "true is what every DFlash draft does (false is refused)"
     if raw.get("v_head_dim") is not None:
         unused["v_head_dim"] = "equal to head_dim: values are as wide as keys, as every draft layer has them"
+    for key in DFLASH_KEYS:
+        if key in raw and key in nested:
+            unused[key] = f"dflash_config.{key} is read first"
     return {name: why for name, why in unused.items() if name.removeprefix("dflash_config.") in merged}
 
 

@@ -1,0 +1,34 @@
+"""How much memory this machine has free for a model: the GPU's free memory on CUDA, else the
+host's available memory (what the kernel could hand out without swapping)."""
+
+from __future__ import annotations
+
+import os
+
+
+def free_memory(device: str | None = None) -> tuple[float, str]:
+    """(bytes free, where: "GPU memory on cuda:0" or "memory") for a model loaded on ``device``
+    (None: cuda when there is one, as the engine picks)."""
+    import torch
+
+    kind = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if kind.type == "cuda" and torch.cuda.is_available():
+        index = kind.index or 0
+        free, _ = torch.cuda.mem_get_info(index)
+        return float(free), f"GPU memory on cuda:{index}"
+    return float(available_host_memory()), "memory"
+
+
+def available_host_memory() -> int:
+    """MemAvailable from /proc/meminfo (Linux), else free physical pages."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not POSIX: no limit this code can read
+        return 1 << 62

@@ -82,7 +82,7 @@ def shrink_common(config: dict, vocab: int) -> dict:
     for key in NOT_SIZES:
         out.pop(key, None)
     for key, value in SIZES.items():
-        if key in out and out[key] is not None:
+        if out.get(key):  # a size of 0 (no shared expert) stays 0
             out[key] = value
     out["vocab_size"] = vocab
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):

@@ -77,9 +77,9 @@ def random_pair(pair: PublishedPair, device: str | torch.device | None, dtype: t
     from .loading import LoadedModels, check_compatible, pick_device
 
     device = pick_device(str(device) if device else None)
+    check_fits(pair, lambda: free_memory(str(device)), torch.finfo(dtype).bits / 8)  # before reading anything
     target_ref, draft_ref = pair.refs
     target_raw, draft_raw = hub_config(target_ref, probe), hub_config(draft_ref, probe)
-    check_fits(pair, lambda: free_memory(str(device)), torch.finfo(dtype).bits / 8)
     torch.manual_seed(0)
     target = random_target(target_raw, device, dtype)
     draft = random_draft(draft_raw, device, dtype)

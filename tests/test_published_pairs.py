@@ -152,6 +152,9 @@ def test_the_menu_marks_a_pair_found_in_the_cache_as_downloaded(filled_cache, mo
     labels = dict((key, label) for label, key in host.choices())
     assert "downloaded" in labels["Qwen3-8B + z-lab DFlash b16"]
     assert "no network" in labels["Qwen3-4B + z-lab DFlash b16"]
+    engine = host.switch("MiMo-V2.5-Pro-FP4 + its own DFlash").result(timeout=300)  # picked in the menu
+    assert engine.speculative and host.status().state == "ready"
+    assert Path(engine.models.draft_path).is_relative_to(filled_cache)
     host.shutdown()
 
 

@@ -181,9 +181,12 @@ def fits(pair: PublishedPair, free_memory: FreeMemory, bytes_per_parameter: floa
     free, where = free_memory()
     if needed <= free:
         return ""
-    dtype = {2.0: "bf16", 4.0: "float32"}.get(float(bytes_per_parameter), f"{bytes_per_parameter:g} bytes a parameter")
-    return (f"{pair.name} needs about {format_bytes(needed)} once loaded in {dtype} and this machine has "
-            f"{format_bytes(free)} of {where} free")
+    return (f"{pair.name} needs about {format_bytes(needed)} once loaded in {dtype_words(bytes_per_parameter)} and "
+            f"this machine has {format_bytes(free)} of {where} free")
+
+
+def dtype_words(bytes_per_parameter: float) -> str:
+    return {2.0: "bf16", 4.0: "float32"}.get(float(bytes_per_parameter), f"{bytes_per_parameter:g} bytes a parameter")
 
 
 def check_fits(pair: PublishedPair, free_memory: FreeMemory, bytes_per_parameter: float = BF16) -> None:
@@ -200,18 +203,22 @@ def is_downloaded(pair: PublishedPair) -> bool:
     return cached(target, "target") is not None and cached(draft, "draft") is not None
 
 
-def availability(pair: PublishedPair, probe: HubProbe, free_memory: FreeMemory | None = None) -> str:
-    """What picking the pair means here, for the menu: it does not fit in this machine's memory;
-    it is downloaded; it downloads first; or it cannot be had on this machine now (no network)
-    and what it would take. Sizes as ``PairSize.words`` states them."""
-    if free_memory is not None:
-        free, where = free_memory()
-        if pair.size.loaded > free:
-            return (f"does not fit here: about {format_bytes(pair.size.loaded)} once loaded, {format_bytes(free)} of "
-                    f"{where} free")
+def availability(pair: PublishedPair, probe: HubProbe, free_memory: FreeMemory | None = None,
+                 bytes_per_parameter: float = BF16) -> str:
+    """What picking the pair means here, for the menu: it cannot fit in the memory free here
+    (said first); it is downloaded; it downloads first; or it cannot be had on this machine now
+    (no network) and what it would take. Sizes as ``PairSize.words`` states them."""
     size = pair.size.words()
     if is_downloaded(pair):
-        return f"downloaded, {size}"
-    if probe.reachable():
-        return f"downloads first: {size}"
-    return f"needs a download: {size}; no network"
+        state = f"downloaded, {size}"
+    elif probe.reachable():
+        state = f"downloads first: {size}"
+    else:
+        state = f"needs a download: {size}; no network"
+    if free_memory is not None:
+        free, where = free_memory()
+        needed = pair.size.loaded * bytes_per_parameter / BF16
+        if needed > free:
+            return (f"does not fit here: about {format_bytes(needed)} once loaded in "
+                    f"{dtype_words(bytes_per_parameter)}, {format_bytes(free)} of {where} free ({state})")
+    return state

@@ -19,6 +19,17 @@ def free_memory(device: str | None = None) -> tuple[float, str]:
     return float(available_host_memory()), "memory"
 
 
+def bytes_per_parameter(device: str | None = None, dtype: str | None = None) -> float:
+    """What a parameter takes once loaded with ``--device`` / ``--dtype`` as the engine picks them
+    (engine.loading.pick_dtype: bfloat16 on CUDA, float32 on the CPU, unless told)."""
+    import torch
+
+    if dtype and isinstance(getattr(torch, dtype, None), torch.dtype):
+        return torch.finfo(getattr(torch, dtype)).bits / 8
+    kind = torch.device(device).type if device else ("cuda" if torch.cuda.is_available() else "cpu")
+    return 2.0 if kind == "cuda" else 4.0
+
+
 def available_host_memory() -> int:
     """MemAvailable from /proc/meminfo (Linux), else free physical pages."""
     try:

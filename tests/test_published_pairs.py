@@ -236,8 +236,12 @@ def test_the_menu_says_which_pairs_cannot_fit_here(monkeypatch, tmp_path):
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
     monkeypatch.setattr(memory, "available_host_memory", lambda: 15 * 10**9)
-    hints = {choice.key: choice.hint for choice in published_pairs(hub.HubProbe(connect=lambda a, t: False), "cpu")}
-    for pair in catalog.PUBLISHED_PAIRS:
-        fits = pair.size.loaded <= 15e9
-        assert hints[pair.name].startswith("does not fit here") != fits, (pair.name, hints[pair.name])
-    assert hints["Qwen3-4B + z-lab DFlash b16"].startswith("needs a download")
+    offline = hub.HubProbe(connect=lambda a, t: False)
+    for dtype, per_parameter in (("bfloat16", 2), (None, 4)):  # float32, the CPU's default, takes twice as much
+        hints = {choice.key: choice.hint for choice in published_pairs(offline, "cpu", dtype)}
+        for pair in catalog.PUBLISHED_PAIRS:
+            fits = pair.size.loaded * per_parameter / 2 <= 15e9
+            assert hints[pair.name].startswith("does not fit here") != fits, (pair.name, hints[pair.name])
+            assert hints[pair.name].endswith("no network)" if not fits else "no network")
+    # (4.0 + 0.5) billion parameters: 9.0 GB in bf16, 10.0 GB with 1 GB for cache and activations; float32 doubles it
+    assert hints["Qwen3-4B + z-lab DFlash b16"].startswith("does not fit here: about 20.0 GB once loaded in float32")

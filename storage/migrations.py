@@ -122,11 +122,19 @@ def m004_comparisons(db: sqlite_utils.Database) -> None:
     )
 
 
+def m005_message_reasoning(db: sqlite_utils.Database) -> None:
+    """A reasoning model's reasoning, kept apart from the reply's content (the answer), and how many
+    of the reply's tokens it took."""
+    db.execute("ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT ''")
+    db.execute("ALTER TABLE messages ADD COLUMN reasoning_tokens INTEGER")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     ("m001_sessions_messages_cycles", m001_sessions_messages_cycles),
     ("m002_listing_and_recovery_indexes", m002_listing_and_recovery_indexes),
     ("m003_preferences", m003_preferences),
     ("m004_comparisons", m004_comparisons),
+    ("m005_message_reasoning", m005_message_reasoning),
 )
 
 

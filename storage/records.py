@@ -89,3 +89,5 @@ class Message(_Stored):
     decode_ms: float | None
     total_ms: float | None
     finish_reason: str | None
+    reasoning: str = ""  # a reasoning model's reasoning; ``content`` is the answer alone
+    reasoning_tokens: int | None = None

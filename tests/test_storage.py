@@ -72,6 +72,7 @@ EXPECTED_COLUMNS = {
         "kind": str, "model": str, "settings": str, "created_at": str, "updated_at": str,
         "prompt_tokens": int, "new_tokens": int, "tokens_per_s": float, "mean_tau": float,
         "prefill_ms": float, "decode_ms": float, "total_ms": float, "finish_reason": str,
+        "reasoning": str, "reasoning_tokens": int,
     },
     "cycles": {
         "id": int, "message_id": int, "idx": int, "block_size": int, "accepted": int, "tau": int, "bonus": int,
@@ -159,12 +160,12 @@ def test_create_and_add_message_write_exactly_these_rows(store, clock):
          "status": "complete", "error": None, "kind": "chat", "model": "", "settings": "{}",
          "created_at": clock.at(2), "updated_at": clock.at(2), "prompt_tokens": None, "new_tokens": None,
          "tokens_per_s": None, "mean_tau": None, "prefill_ms": None, "decode_ms": None, "total_ms": None,
-         "finish_reason": None},
+         "finish_reason": None, "reasoning": "", "reasoning_tokens": None},
         {"id": reply_id, "session_id": session_id, "seq": 2, "role": "assistant", "content": "",
          "status": "streaming", "error": None, "kind": "chat", "model": "tiny-coder",
          "settings": '{"block_size":8}', "created_at": clock.at(3), "updated_at": clock.at(3),
          "prompt_tokens": None, "new_tokens": None, "tokens_per_s": None, "mean_tau": None, "prefill_ms": None,
-         "decode_ms": None, "total_ms": None, "finish_reason": None},
+         "decode_ms": None, "total_ms": None, "finish_reason": None, "reasoning": "", "reasoning_tokens": None},
     ]
     assert store.get_session(session_id) == {
         "id": session_id, "uuid": session_row["uuid"], "title": "Fibonacci", "created_at": clock.at(1),

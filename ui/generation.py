@@ -119,7 +119,7 @@ def _apply(update: ReplyUpdate, item: tuple) -> None:
         update.status, update.note = "error", value
         trace.error = value
     elif isinstance(value, Started):
-        trace.start(value.first_text, value.block_size, value.prefill_ms)
+        trace.start(value.first_text, value.block_size, value.prefill_ms, value.first_part)
     elif isinstance(value, Cycle):
         trace.add_cycle(value)
         update.cycles_added += 1

@@ -33,6 +33,7 @@ from .generation import GenerationRequest, stream_reply
 from .models import model_status_html, model_view, prompt_for_model, reply_notices, session_model
 from .named import refused
 from .render import assistant_markdown, esc, render_token_view, stats_html, user_markdown
+from .thinking import save_thinking, thinking_setting
 from .trace import ReplyTrace
 
 SETTING_KEYS = ("block_size", "temperature", "top_p", "max_new_tokens", "fallback", "show_rejected")
@@ -228,7 +229,8 @@ def chat_history(ctx: UIContext, session_id: int | None) -> tuple[list[dict], li
             figures = _light_trace(series.get(m["id"], []))
             figures.finished = {"tokens_per_s": m["tokens_per_s"]}
             rows.append({"role": "assistant", "content": notices.get(m["id"], "") + assistant_markdown(
-                m["content"], m["status"], figures, m["error"], m["kind"], tokens=m["new_tokens"])})
+                m["content"], m["status"], figures, m["error"], m["kind"], tokens=m["new_tokens"],
+                reasoning=m["reasoning"])})
         else:
             continue
         ids.append(m["id"])
@@ -672,7 +674,7 @@ def submit_completion(ctx: UIContext, session_id: int | None, code: str, block_s
 
 
 def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected,
-            page: str | None = None, *, to_editor: bool = False):
+            page: str | None = None, thinking: bool | None = None, *, to_editor: bool = False):
     """Stream the reply to the session's last user message: chat, token view, stats, charts
     (and, ``to_editor``, the code editor: for the Complete button, not for a Regenerate that may
     find other code typed there), once per verified block.
@@ -685,6 +687,7 @@ def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top
         raise refused("No session: send a message first.")
     settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
     sampling, fallback = check_settings(ctx, settings)
+    settings.update(thinking_setting(ctx, thinking))  # a reasoning model's thinking on/off (ui.thinking)
     if sampling.temperature > 0:  # a stored seed makes a sampled reply reproducible (teach mode's compare)
         settings["seed"] = secrets.randbelow(2**31)
         sampling = replace(sampling, seed=settings["seed"])
@@ -699,6 +702,7 @@ def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top
     last = messages[-1]
     complete = last["kind"] == "complete"
     prompt = heal_code_prompt(last["content"]) if complete else prompt_for_model(ctx, messages, settings["model"])
+    save_thinking(ctx, session_id, thinking)
     request = GenerationRequest(session_id, prompt, complete, last["kind"], sampling, fallback, settings)
     stream = ctx.watch_stream(page) if page else None
     try:

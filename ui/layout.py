@@ -21,6 +21,7 @@ from .context import UIContext
 from .named import Outputs, checked, components_of
 from .render import render_token_view, stats_html, syntax_css
 from .teach import build_teach_tab
+from .thinking import save_thinking, thinking_control
 
 HERE = Path(__file__).resolve().parent
 BROWSER_KEY = "dflash-studio-session"
@@ -158,6 +159,8 @@ def _settings_column(ctx: UIContext, c: SimpleNamespace) -> None:
                                      elem_id="fallback-toggle")
             c.show_rejected = gr.Checkbox(value=defaults["show_rejected"], label="Show rejected drafts",
                                           elem_id="show-rejected")
+        c.thinking = gr.Checkbox(label="Thinking (reasoning models)", elem_id="thinking",
+                                 **thinking_control(ctx).constructor_args)
         c.defaults_note = gr.Markdown(h.defaults_note(ctx), elem_id="defaults-note")
         with gr.Row():
             c.save_defaults = gr.Button("Save as defaults", size="sm", elem_id="save-defaults")
@@ -180,7 +183,8 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     engine_queue = {"concurrency_limit": 1, "concurrency_id": "engine"}  # one engine: others wait, see their position
 
     def then_respond(event, api_name=None, to_editor=False):
-        return event.success(streamed.wrap(partial(h.respond, ctx, to_editor=to_editor)), [c.session, *c.controls, c.page],
+        return event.success(streamed.wrap(partial(h.respond, ctx, to_editor=to_editor)),
+                             [c.session, *c.controls, c.page, c.thinking],
                              streamed.components, api_name=api_name, api_visibility="public" if api_name else "undocumented",
                              **engine_queue)
 
@@ -264,6 +268,10 @@ def _wire_model(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace, outputs) ->
     # first's result (h.repeated_refusal), not start a second load beside it
     c.model.input(picked.wrap(partial(h.pick_model, ctx)), [c.model, c.session], picked.components, api_name="pick_model",
                   concurrency_limit=1, concurrency_id="model-pick")
+    # the thinking control follows the model (its family's default, or why it has none) and the session
+    for trigger in (demo.load, c.model.change, c.session.change):
+        trigger(partial(thinking_control, ctx), [c.session], c.thinking, api_visibility="undocumented")
+    c.thinking.input(partial(save_thinking, ctx), [c.session, c.thinking], None, api_visibility="undocumented")
 
 
 def _wire_defaults_and_tabs(ctx: UIContext, c: SimpleNamespace, outputs) -> None:

@@ -29,6 +29,7 @@ from . import charts
 from .context import STORE_ERRORS, UIContext
 from .models import reply_model
 from .named import Outputs, checked, refused
+from .reasoning_view import analytics_parts_html
 from .render import esc
 from .teach_compare import (Comparison, comparison_record, rerun_settings, run_comparison,
                             sampling_from_settings, stored_run)
@@ -219,7 +220,7 @@ def analytics_summary_html(data: an.SessionAnalytics) -> str:
                 f'<b>{counts.share(ranked[-1]):.0%}</b> of the {an.LABELS[ranked[-1]]}; the target wrote the rest '
                 '(the chart below has every kind of token).</p>' if len(ranked) >= 2 else "")
     return (f'<div id="analytics-kinds" class="ex-grid" style="display:grid;grid-template-columns:repeat(3,1fr);gap:8px">'
-            f'{"".join(cells)}</div>{by_region}{by_class}<p style="font-size:12px;opacity:.7">Session “{esc(data.title)}”. Kind is '
+            f'{"".join(cells)}</div>{by_region}{analytics_parts_html(data.by_part)}{by_class}<p style="font-size:12px;opacity:.7">Session “{esc(data.title)}”. Kind is '
             'detected from each reply: code when at least half of its text is in code fences or looks like code '
             '(Complete-mode replies are code).</p>')
 

@@ -86,11 +86,18 @@ def user_wording(imperative: str, rng: random.Random) -> str:
     return out
 
 
-def task_requests(task, n: int, rng: random.Random, reword: float = 0.0) -> list[str]:
-    """``n`` phrasings of the task's request; ``reword`` of them in a user's wording (``user_wording``)."""
+def task_requests(task, n: int, rng: random.Random, reword: float = 0.0,
+                  paraphrases: dict[str, list[str]] | None = None) -> list[str]:
+    """``n`` phrasings of the task's request; ``reword`` of them in a user's wording (``user_wording``);
+    with ``paraphrases`` (request -> other wordings of it, ``task_data.paraphrases``) each phrasing
+    wraps one of the task's wordings, drawn at random."""
     templates = CLASS_PHRASINGS if task.code.startswith("class ") else PHRASINGS
-    return [phrase(user_wording(task.request, rng) if reword and rng.random() < reword else task.request, t)
-            for t in rng.sample(templates, min(n, len(templates)))]
+    wordings = [task.request] + list((paraphrases or {}).get(task.request, ()))
+    out = []
+    for template in rng.sample(templates, min(n, len(templates))):
+        imperative = rng.choice(wordings)
+        out.append(phrase(user_wording(imperative, rng) if reword and rng.random() < reword else imperative, template))
+    return out
 
 
 DOC_VERBS = {"return", "get", "set", "create", "convert", "check", "compute", "calculate", "make", "find",
@@ -207,9 +214,11 @@ def docstring_examples(files: list[Path], rng: random.Random,
     return chats, raws
 
 
-def synthetic_examples(rng: random.Random, phrasings: int = SYNTHETIC_PHRASINGS, tasks=None, reword: float = 0.0):
+def synthetic_examples(rng: random.Random, phrasings: int = SYNTHETIC_PHRASINGS, tasks=None, reword: float = 0.0,
+                       paraphrases: dict[str, list[str]] | None = None):
     """{'train'|'held': (chat texts, raw sources)} from the task families (or ``tasks``); 3 % of
-    the solutions (by hash) are kept out for the held-out loss; ``reword``: see ``task_requests``."""
+    the solutions (by hash) are kept out for the held-out loss; ``reword``, ``paraphrases``: see
+    ``task_requests``."""
     from .task_families import all_tasks
     from .tokenizer import render_chat
 
@@ -217,7 +226,7 @@ def synthetic_examples(rng: random.Random, phrasings: int = SYNTHETIC_PHRASINGS,
     seen_code = set()
     for task in tasks if tasks is not None else all_tasks():
         chats, raws = out["held" if is_held(task.code) else "train"]
-        for request in task_requests(task, phrasings, rng, reword):
+        for request in task_requests(task, phrasings, rng, reword, paraphrases):
             chats.append(render_chat([{"role": "user", "content": request},
                                       {"role": "assistant", "content": task.code}]))
         if task.code not in seen_code:
@@ -399,6 +408,84 @@ def build_wording_streams(tokenizer, corpus: Path | None, seed: int, log=print) 
                                  reword=USER_WORDING_SHARE)
 
 
+# shares of the chat tokens in `--data coder`
+CODER_SHARES = {"tasks": 0.36, "followups": 0.2, "stated": 0.1, "records": 0.22, "docstrings": 0.12}
+CODER_PHRASINGS = 12  # wrappers per task (each around one of the task's wordings)
+
+
+def coder_conversations(rng: random.Random, tasks, paraphrase_map: dict[str, list[str]]) -> dict[str, list[str]]:
+    """{'followups'|'stated': chat texts}: edits of a previous reply and requests that state an
+    edge case or a name (``followups``), on the function tasks (classes are left out)."""
+    from .followups import edge_case_chats, followup_chats, named_chats
+    from .tokenizer import render_chat
+
+    functions = [t for t in tasks if t.code.startswith("def ")]
+
+    def one_request(task, rng):
+        return task_requests(task, 1, rng, 0.0, paraphrase_map)[0]
+
+    def with_clause(task, clause, rng):
+        wording = rng.choice([task.request] + paraphrase_map.get(task.request, []))
+        return phrase(f"{wording}, {clause}", rng.choice(PHRASINGS[2:]))
+
+    follow = [render_chat(m) for _ in range(2) for m in followup_chats(functions, rng, one_request)]
+    stated = [render_chat(m) for m in edge_case_chats(functions, rng, with_clause)]
+    stated += [render_chat(m) for _ in range(2) for m in named_chats(functions, rng, third_person)]
+    return {"followups": follow, "stated": stated}
+
+
+def build_coder_streams(tokenizer, corpus: Path | None, seed: int, log=print) -> dict:
+    """`--data coder`: the default coder's data. The task families plus the extra tasks
+    (``task_data``), each request in many wordings; follow-ups that edit the previous function;
+    requests that state an edge case or the function's name; the record tasks with invented
+    words (copying names); docstring pairs from real code; and raw code (``CODER_SHARES``)."""
+    from .corpus import read_source, split_files
+    from .record_tasks import identifier_words, invented_words, record_tasks
+    from .task_data import extra_tasks, paraphrases
+    from .task_families import all_tasks
+
+    rng = random.Random(seed)
+    paraphrase_map = paraphrases()
+    tasks = all_tasks() + extra_tasks()
+    train_tasks = [t for t in tasks if not is_held(t.code)]
+    held_tasks = [t for t in tasks if is_held(t.code)]
+    synthetic = synthetic_examples(rng, CODER_PHRASINGS, tasks, paraphrases=paraphrase_map)
+    train_files, held_files = split_files(corpus)
+    words = identifier_words([read_source(p) for p in train_files], heldout_keywords())
+    words += invented_words(COPY_CURRICULUM_WORDS, heldout_keywords() | set(words), seed)
+    records = synthetic_examples(rng, phrasings=1, tasks=record_tasks(seed, combos_per_thing=3, extra_words=words))
+    package_files = []
+    for module, (root, declared) in package_roots(log).items():
+        package_files += sorted(p for p in root.rglob("*.py") if "tests" not in p.parts and "test" not in p.parts)
+    docs = {"train": docstring_examples(train_files + package_files, rng, UNNAMED_DOCSTRING_SHARE),
+            "held": docstring_examples(held_files, rng, UNNAMED_DOCSTRING_SHARE)}
+    talks = {"train": coder_conversations(rng, train_tasks, paraphrase_map),
+             "held": coder_conversations(rng, held_tasks, paraphrase_map)}
+    stdlib_raw = {"train": [read_source(p) for p in rng.sample(train_files, len(train_files) // 3)],
+                  "held": [read_source(p) for p in held_files[:8]]}
+    streams = {}
+    for split in ("train", "held"):
+        syn_chat, syn_raw = synthetic[split]
+        rec_chat, rec_raw = records[split]
+        doc_chat, doc_raw = docs[split]
+        chat = mix([(syn_chat, CODER_SHARES["tasks"]), (talks[split]["followups"], CODER_SHARES["followups"]),
+                    (talks[split]["stated"], CODER_SHARES["stated"]), (rec_chat, CODER_SHARES["records"]),
+                    (doc_chat, CODER_SHARES["docstrings"])], rng)
+        raw = mix([(syn_raw * 3 + rec_raw + doc_raw, 1.0 - STDLIB_RAW_SHARE), (stdlib_raw[split], STDLIB_RAW_SHARE)], rng)
+        if split == "train":
+            examples = tokenize_chat_examples(tokenizer, chat)
+            streams["chat_train"] = examples["ids"]
+            streams["chat_train_mask"] = examples["mask"]
+            streams["chat_train_starts"] = examples["starts"]
+        else:
+            streams["chat_held"] = tokenize_stream(tokenizer, chat)
+        streams[f"raw_{split}"] = tokenize_stream(tokenizer, raw, AS_WRITTEN_SHARE, rng)
+    log("coder data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in streams.items() if "_train_" not in k)
+        + f"; {len(tasks)} tasks ({len(paraphrase_map)} with paraphrases), "
+        f"{len(talks['train']['followups'])} follow-up chats, {len(talks['train']['stated'])} stated-case requests")
+    return streams
+
+
 def build_task_streams(tokenizer, corpus: Path | None, seed: int, log=print) -> dict:
     """Only the simple tasks (chat and raw solutions): a short second fine-tune that sharpens the
     request -> name/body mapping after ``build_request_streams``."""
@@ -413,25 +500,36 @@ def build_task_streams(tokenizer, corpus: Path | None, seed: int, log=print) -> 
     return streams
 
 
-def draft_prompt_rows(seed: int, n: int = 2400) -> list[dict]:
+def draft_prompt_rows(seed: int, n: int = 2400, coder: bool = False) -> list[dict]:
     """Prompts for `train draft --prompts requests`: what users of the request -> code target
     send (chat requests in the training phrasings, and def/class lines to continue, healed as the
     Complete tab sends them), so the draft learns the target's replies to exactly those.
-    Drawn from the task families and record tasks; the held-out requests are never among them."""
+    Drawn from the task families and record tasks; the held-out requests are never among them.
+    ``coder`` (`--prompts coder`): the `--data coder` target's prompts: the extra tasks too, every
+    request in any of its wordings, and a fifth of them follow-ups that ask to edit a first reply
+    (``messages`` rows, the first reply the task's solution)."""
     from engine.prompts import heal_code_prompt
 
+    from .followups import followup_chats
     from .record_tasks import record_tasks
+    from .task_data import extra_tasks, paraphrases
     from .task_families import all_tasks
 
     rng = random.Random(seed)
-    tasks = all_tasks() + record_tasks(seed, combos_per_thing=1)
+    wordings = paraphrases() if coder else {}
+    tasks = all_tasks() + (extra_tasks() if coder else []) + record_tasks(seed, combos_per_thing=1)
     rng.shuffle(tasks)
     rows = []
     for task in tasks:
         if len(rows) >= n:
             break
-        if rng.random() < 0.75:
-            rows.append({"kind": "chat", "prompt": task_requests(task, 1, rng)[0]})
+        draw = rng.random()
+        if coder and draw < 0.2 and task.code.startswith("def "):
+            chats = followup_chats([task], rng, lambda t, r: task_requests(t, 1, r, 0.0, wordings)[0], max_turns=2)
+            if chats:
+                rows.append({"kind": "chat", "messages": chats[0][:-1]})
+        elif draw < 0.75:
+            rows.append({"kind": "chat", "prompt": task_requests(task, 1, rng, 0.0, wordings)[0]})
         else:
             first_line = task.code.split("\n", 1)[0] + "\n"
             rows.append({"kind": "complete", "prompt": heal_code_prompt(first_line)})

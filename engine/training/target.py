@@ -107,10 +107,11 @@ def build_streams(tokenizer, corpus: Path | None, seed: int) -> dict:
 
 def data_builder(data_mix: str):
     """The stream builder for ``train target --data``."""
-    from .request_data import build_copy_streams, build_request_streams, build_task_streams, build_wording_streams
+    from .request_data import (build_coder_streams, build_copy_streams, build_request_streams, build_task_streams,
+                               build_wording_streams)
 
     builders = {"corpus": build_streams, "requests": build_request_streams, "copy": build_copy_streams,
-                "wording": build_wording_streams, "tasks": build_task_streams}
+                "wording": build_wording_streams, "tasks": build_task_streams, "coder": build_coder_streams}
     if data_mix not in builders:
         raise InvalidRequestError(f"--data must be one of {', '.join(builders)}, not {data_mix!r}")
     return builders[data_mix]

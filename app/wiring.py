@@ -60,13 +60,14 @@ def published_pairs(probe=None, device: str | None = None, dtype: str | None = N
     GPU's on CUDA) says so, before anyone downloads it."""
     from engine import catalog
     from engine.hub import HubProbe
-    from engine.memory import bytes_per_parameter, free_memory
+    from engine.memory import bytes_per_parameter, free_memory, keeps_format
 
     probe = probe or HubProbe()
     free = free_memory(device)  # asked once for the whole menu
     per_parameter = bytes_per_parameter(device, dtype)  # float32 on a CPU takes twice what bf16 takes
     return [ModelChoice(pair.name, pair.target, pair.draft, pair.describe(),
-                        catalog.availability(pair, probe, lambda: free, per_parameter))
+                        catalog.availability(pair, probe, lambda: free, per_parameter,
+                                             keeps_format(pair.quantization, device)))
             for pair in catalog.PUBLISHED_PAIRS]
 
 

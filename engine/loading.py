@@ -18,7 +18,7 @@ from .draft import DFlashDraftModel, draft_setting, load_draft
 from .errors import CheckpointError, IncompatibleDraftError, InvalidRequestError
 from .features import decoder_layers
 from .hub import HubProbe, fetch, parse_hub_ref
-from .memory import free_memory
+from .memory import free_memory, keeps_format
 from .quantization import (check_dequantizable, device_kernels, loading_config, plan_quantization,
                            quantization_settings, quiet_transformers, widen_to)
 from .shipped import ASSETS_ENV, DEFAULT_PAIR, assets_dir, pair_dirs, pair_name  # noqa: F401 (re-exported)
@@ -267,7 +267,8 @@ def load_models(config: EngineConfig, progress: Callable[[float, str], None] | N
 def published_pair_config(config: EngineConfig, device: torch.device, dtype: torch.dtype) -> EngineConfig:
     """A published pair (engine.catalog) named by its menu name as ``--target`` (its hub ids
     then fill target and draft), or given by its hub ids: refused in one line, before anything
-    is downloaded, when it cannot fit in the memory free here (the GPU's on CUDA)."""
+    is downloaded, when its stored format cannot be loaded or it cannot fit in the memory free
+    here (the GPU's on CUDA; a quantised target counted as stored where the GPU computes in it)."""
     from dataclasses import replace
 
     named = None if Path(config.target).expanduser().exists() else find_pair(config.target)
@@ -276,7 +277,8 @@ def published_pair_config(config: EngineConfig, device: torch.device, dtype: tor
                          name=config.name or named.name)
     pair = named or pair_of(config.target, config.draft)
     if pair is not None:
-        check_fits(pair, lambda: free_memory(str(device)), torch.finfo(dtype).bits / 8)
+        check_fits(pair, lambda: free_memory(str(device)), torch.finfo(dtype).bits / 8,
+                   keeps_format(pair.quantization, str(device)))
     return config
 
 

@@ -30,6 +30,19 @@ def bytes_per_parameter(device: str | None = None, dtype: str | None = None) -> 
     return 2.0 if kind == "cuda" else 4.0
 
 
+def keeps_format(method: str | None, device: str | None = None) -> bool:
+    """Whether a target stored in ``method`` ("mxfp4", "fp8") stays in it once loaded on
+    ``device`` (a GPU with the kernels for it), rather than dequantised to the compute dtype."""
+    import torch
+
+    from .quantization import FORMATS, device_kernels, runs_natively
+
+    if method not in FORMATS:
+        return False
+    kind = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return runs_natively(FORMATS[method], device_kernels(kind))
+
+
 def available_host_memory() -> int:
     """MemAvailable from /proc/meminfo (Linux), else free physical pages."""
     try:

@@ -97,11 +97,12 @@ def no_network(address, timeout):
 @pytest.fixture
 def filled_cache(tmp_path, monkeypatch):
     """Twins of two catalog pairs stored under their real hub ids (MiMo's draft in its dflash/
-    folder), as a download leaves them, on a machine with no network and room for any pair."""
+    folder), as a download leaves them, on a machine with no network and room for any pair.
+    The twins are stored unquantised: quantised targets are tested apart."""
     import huggingface_hub.constants
 
     cache = tmp_path / "hub"
-    for name in ("Qwen3-8B + z-lab DFlash b16", "MiMo-V2.5-Pro-FP4 + its own DFlash"):
+    for name in ("Qwen3-8B + z-lab DFlash b16", "MiMo-V2.5 + its own DFlash"):
         pair = catalog.find_pair(name)
         twin = write_twin(name, tmp_path / name.replace(" ", "_"))
         target_ref, draft_ref = pair.refs
@@ -115,7 +116,7 @@ def filled_cache(tmp_path, monkeypatch):
     return cache
 
 
-@pytest.mark.parametrize("name", ["Qwen3-8B + z-lab DFlash b16", "MiMo-V2.5-Pro-FP4 + its own DFlash"])
+@pytest.mark.parametrize("name", ["Qwen3-8B + z-lab DFlash b16", "MiMo-V2.5 + its own DFlash"])
 def test_a_cached_pair_loads_offline_by_its_menu_name_and_by_its_hub_ids(filled_cache, name):
     pair = catalog.find_pair(name)
     by_name = load_models(EngineConfig(target=name, device="cpu"))
@@ -147,12 +148,12 @@ def test_the_menu_marks_a_pair_found_in_the_cache_as_downloaded(filled_cache, mo
     monkeypatch.setattr(memory, "available_host_memory", lambda: int(1e15))
     choices = {choice.key: choice for choice in available_models(AppConfig())}
     cached = {name for name, choice in choices.items() if choice.hint.startswith("downloaded")}
-    assert cached == {"Qwen3-8B + z-lab DFlash b16", "MiMo-V2.5-Pro-FP4 + its own DFlash"}
+    assert cached == {"Qwen3-8B + z-lab DFlash b16", "MiMo-V2.5 + its own DFlash"}
     host = EngineHost(list(choices.values()), engine_loader(EngineConfig(device="cpu")))
     labels = dict((key, label) for label, key in host.choices())
     assert "downloaded" in labels["Qwen3-8B + z-lab DFlash b16"]
     assert "no network" in labels["Qwen3-4B + z-lab DFlash b16"]
-    engine = host.switch("MiMo-V2.5-Pro-FP4 + its own DFlash").result(timeout=300)  # picked in the menu
+    engine = host.switch("MiMo-V2.5 + its own DFlash").result(timeout=300)  # picked in the menu
     assert engine.speculative and host.status().state == "ready"
     assert Path(engine.models.draft_path).is_relative_to(filled_cache)
     host.shutdown()
@@ -240,8 +241,39 @@ def test_the_menu_says_which_pairs_cannot_fit_here(monkeypatch, tmp_path):
     for dtype, per_parameter in (("bfloat16", 2), (None, 4)):  # float32, the CPU's default, takes twice as much
         hints = {choice.key: choice.hint for choice in published_pairs(offline, "cpu", dtype)}
         for pair in catalog.PUBLISHED_PAIRS:
+            if pair.unloadable:
+                assert hints[pair.name].startswith("does not load here: its experts are stored as MXFP4")
+                continue
             fits = pair.size.loaded * per_parameter / 2 <= 15e9
             assert hints[pair.name].startswith("does not fit here") != fits, (pair.name, hints[pair.name])
             assert hints[pair.name].endswith("no network)" if not fits else "no network")
     # (4.0 + 0.5) billion parameters: 9.0 GB in bf16, 10.0 GB with 1 GB for cache and activations; float32 doubles it
     assert hints["Qwen3-4B + z-lab DFlash b16"].startswith("does not fit here: about 20.0 GB once loaded in float32")
+
+
+def test_a_quantized_target_counts_as_stored_where_the_gpu_computes_in_its_format():
+    """gpt-oss-20b: 13.7 GB stored (MXFP4 experts); dequantised to bf16 it takes three times that."""
+    pair = catalog.find_pair("gpt-oss-20b + z-lab DFlash")
+    size = pair.size
+    assert size.loaded_here(kept_quantized=True) == size.kept_quantized < size.loaded / 2
+    assert size.loaded_here(kept_quantized=False, bytes_per_parameter=4) == 2 * size.loaded
+    assert "kept in MXFP4 on a GPU with its kernels" in size.words()
+    room = lambda: (size.kept_quantized + 1e9, "GPU memory on cuda:0")  # noqa: E731
+    assert catalog.fits(pair, room, kept_quantized=True) == ""
+    assert "needs about" in catalog.fits(pair, room, kept_quantized=False)
+    plain = catalog.find_pair("Qwen3-8B + z-lab DFlash b16")
+    assert plain.size.kept_quantized is None and plain.size.loaded_here(kept_quantized=True) == plain.size.loaded
+
+
+def test_a_pair_whose_target_format_cannot_load_is_refused_before_its_download(monkeypatch, tmp_path, capsys):
+    import huggingface_hub.constants
+
+    from app.cli import main
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setattr(loading, "fetch", lambda *a, **k: pytest.fail("asked the hub for a pair that cannot load"))
+    monkeypatch.setattr(loading, "free_memory", lambda device=None: (1e15, "memory"))
+    code = main(["generate", "--target", "MiMo-V2.5-Pro-FP4 + its own DFlash", "--device", "cpu", "hello"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "MXFP4 inside a block-wise FP8 config" in err and "--engine vllm" in err

@@ -33,6 +33,11 @@ def register(subparsers) -> None:
     parser.add_argument("--costs", action="store_true",
                         help="only measure the cost of one verify over B tokens and one draft pass (B = 1, 2, 4, 8, 16)")
     parser.add_argument("--context", type=int, default=128, help="context length for --costs (default 128)")
+    parser.add_argument("--random-weights", action="store_true",
+                        help="with --costs and --target NAME (a published pair from the model menu): build the pair's "
+                             "full shape from its two config.json files with random weights, download no weights, "
+                             "and print the τ above which DFlash pays on this machine (refused in one line when the "
+                             "pair cannot fit in the memory free here)")
     parser.add_argument("--replay", action="store_true",
                         help="greedy only: record, for every position of each reply, how many drafts the target "
                              "accepts, measure the cycle costs, and replay fixed blocks and the fallback policies on "
@@ -183,6 +188,9 @@ def print_spread(summary: dict) -> None:
 
 def run_costs(args) -> int:
     from engine.bench import forward_costs
+
+    if args.random_weights:
+        return run_shape_costs(args)
     from engine.runtime import Engine
 
     engine = Engine.load(engine_config(args))
@@ -191,10 +199,46 @@ def run_costs(args) -> int:
         print(json.dumps(costs))
         return 0
     print(f"{engine.name} on {engine.models.device.type} ({engine.models.dtype}), context {costs['context']} tokens")
+    print_costs(costs)
+    return 0
+
+
+def run_shape_costs(args) -> int:
+    """A published pair's cycle costs at its full shape, with random weights, and the τ above which
+    DFlash pays here (a cycle costs that many plain steps and yields τ tokens)."""
+    import torch
+
+    from engine.catalog import find_pair
+    from engine.costs import measure
+    from engine.errors import InvalidRequestError
+    from engine.loading import pick_device, pick_dtype
+    from engine.shapes import random_pair
+
+    pair = find_pair(args.target or "")
+    if pair is None:
+        raise InvalidRequestError(f"--random-weights measures a published pair: give --target one of the model "
+                                  f"menu's published names (not {args.target!r})")
+    device = pick_device(args.device)
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    models = random_pair(pair, device, pick_dtype(args.dtype, device))
+    block = models.draft.block_size
+    costs = measure(models, context=args.context, sizes=sorted({1, 2, 4, 8, block}))
+    summary = {**costs.as_dict(), "model": models.name, "block_size": block,
+               "pays_above_tau": round(costs.plain_steps(block), 3)}
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"{models.name} on {device.type} ({models.dtype}), context {costs.context} tokens")
+    print_costs(summary)
+    print(f"at block {block} a cycle costs {costs.plain_steps(block):.2f} plain steps: DFlash pays on this machine "
+          f"where the mean τ (tokens per cycle) is above {costs.plain_steps(block):.2f}")
+    return 0
+
+
+def print_costs(costs: dict) -> None:
     print(" B   verify ms   draft ms   cycle / plain step")
     for size, verify in costs["verify_ms"].items():
         print(f"{size:2d}  {verify:10.2f} {costs['draft_ms'].get(size, 0.0):10.2f}   {costs['cycle_in_plain_steps'][size]:8.2f}")
-    return 0
 
 
 def run_replay(args) -> int:

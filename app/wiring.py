@@ -50,18 +50,25 @@ def available_models(config: AppConfig, assets: Path | None = None) -> list[Mode
         return [ModelChoice(f"vLLM at {config.vllm.url}", config.vllm.target, None, "vLLM server")]
     choices = [*_command_line_pair(config, assets), *_shipped_pairs(assets), *_models_dir_pairs(config.models_dir)]
     choices = choices or [ModelChoice(DEFAULT_PAIR.name, None, None, "shipped", DEFAULT_PAIR.purpose)]
-    return _unique([*choices, *published_pairs()])
+    return _unique([*choices, *published_pairs(device=config.engine.device, dtype=config.engine.dtype)])
 
 
-def published_pairs(probe=None) -> list[ModelChoice]:
+def published_pairs(probe=None, device: str | None = None, dtype: str | None = None) -> list[ModelChoice]:
     """The published pairs (engine.catalog), after the local ones: picking one downloads it first
-    where the hub can be reached; without network its entry says what it would take."""
-    from engine.catalog import PUBLISHED_PAIRS, availability
+    where the hub can be reached; without network its entry says what it would take; a pair
+    found in the hub cache says "downloaded"; one that cannot fit in the memory free here (the
+    GPU's on CUDA) says so, before anyone downloads it."""
+    from engine import catalog
     from engine.hub import HubProbe
+    from engine.memory import bytes_per_parameter, free_memory, keeps_format
 
     probe = probe or HubProbe()
-    return [ModelChoice(pair.name, pair.target, pair.draft, pair.describe(), availability(pair, probe))
-            for pair in PUBLISHED_PAIRS]
+    free = free_memory(device)  # asked once for the whole menu
+    per_parameter = bytes_per_parameter(device, dtype)  # float32 on a CPU takes twice what bf16 takes
+    return [ModelChoice(pair.name, pair.target, pair.draft, pair.describe(),
+                        catalog.availability(pair, probe, lambda: free, per_parameter,
+                                             keeps_format(pair.quantization, device)))
+            for pair in catalog.PUBLISHED_PAIRS]
 
 
 def _command_line_pair(config: AppConfig, assets: Path | None) -> list[ModelChoice]:

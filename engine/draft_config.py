@@ -1,10 +1,14 @@
 """Reading a draft's ``config.json``: which published form it is, and what each key does.
 
-Every key a published draft config carries is listed here with what honours it, or is refused by
-name: a key this engine does not know stops the load (``CheckpointError`` naming it) instead of
-being dropped, because a silently ignored key gives a draft that loads, runs and proposes badly
-for no visible reason. Where the serving engines disagree, the choice made is written next to
-the key (``CHOICES``) and in docs/checkpoints.md.
+Every key a published draft config carries falls in one of three classes (``classify_keys``):
+honoured (the model or the loader reads it and it changes what the draft does); known and
+ignored, with the reason beside it (metadata, and training-only settings such as
+``num_anchors`` and ``loss_decay_gamma``); or refused by name, because it changes the math in a
+way this engine does not do (``v_head_dim`` other than ``head_dim``, a quantised draft). A key
+this engine does not know stops the load too (``CheckpointError`` naming it) instead of being
+dropped: a silently ignored key gives a draft that loads, runs and proposes badly for no visible
+reason. Where the serving engines disagree, the choice made is written next to the key
+(``CHOICES``) and in docs/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -17,18 +21,22 @@ from transformers import Qwen3Config
 from .errors import CheckpointError
 
 ARCHITECTURES = {"DFlashDraftModel": "dflash", "DFlash2DraftModel": "dflash2"}
+HONOURED, IGNORED = "honoured", "ignored"
 
-# What each key changes, so a reader can check that it is honoured (the model and the loader
-# read every key marked here; tests/test_draft_forms.py walks the published configs).
+# What each honoured key changes (the model and the loader read every key listed here;
+# tests/test_draft_forms.py changes each one in every published config and checks that the
+# draft's output, its loading or its pairing with the target changes with it).
 ARCHITECTURE = "shapes the draft network"
 ATTENTION = "decides which keys each draft query sees"
 ROPE = "rotary position embedding"
 PROPOSAL = "how proposals are read from the draft"
 PAIRING = "checked against the target when the pair is loaded"
 DESCRIPTIVE = "describes the file, no effect on a draft forward (generation and training metadata)"
+TRAINING_ONLY = "a training setting, read by the trainer only; a forward never reads it"
 
-TOP_LEVEL_KEYS = {
-    "architectures": "selects the draft form (DFlashDraftModel or DFlash2DraftModel)",
+# Known keys that change nothing in a draft's forward, with why (tests check that changing them
+# changes nothing). Valid at the top level and inside dflash_config.
+IGNORED_KEYS = {
     "model_type": DESCRIPTIVE + "; every form is Qwen3 decoder layers, whatever it says (gpt_oss, qwen3)",
     "auto_map": DESCRIPTIVE + "; remote code is never run",
     "transformers_version": DESCRIPTIVE,
@@ -44,8 +52,18 @@ TOP_LEVEL_KEYS = {
     **{key: DESCRIPTIVE + " (a generic transformers config field)" for key in (
         "_name_or_path", "chunk_size_feed_forward", "id2label", "label2id", "is_encoder_decoder", "problem_type",
         "output_attentions", "output_hidden_states", "return_dict")},
+    "num_anchors": TRAINING_ONLY + " (block starts sampled per training sequence)",
+    "loss_decay_gamma": TRAINING_ONLY + " (how fast the training loss weight decays along the block)",
+    "backbone_rotary_base": "the target backbone's RoPE base; context and block keys rotate with rope_theta, as "
+                            "vLLM and SGLang do (ik_llama.cpp rotates context keys with this base instead)",
+}
+
+TOP_LEVEL_KEYS = {
+    "architectures": "selects the draft form (DFlashDraftModel or DFlash2DraftModel)",
     "max_position_embeddings": ROPE + " (yarn and dynamic scaling read it)",
-    "hidden_size": ARCHITECTURE, "intermediate_size": ARCHITECTURE, "num_hidden_layers": ARCHITECTURE,
+    "hidden_size": ARCHITECTURE, "intermediate_size": ARCHITECTURE,
+    "v_head_dim": ARCHITECTURE + " (equal to head_dim only: values as wide as keys; refused otherwise)",
+    "num_hidden_layers": ARCHITECTURE,
     "num_attention_heads": ARCHITECTURE, "num_key_value_heads": ARCHITECTURE, "head_dim": ARCHITECTURE,
     "rms_norm_eps": ARCHITECTURE, "attention_bias": ARCHITECTURE + " (q/k/v/o projection biases)",
     "hidden_act": ARCHITECTURE + " (silu only: refused otherwise)",
@@ -81,7 +99,6 @@ DFLASH_KEYS = {
     "swa_window_size": ATTENTION + " (the window, before sliding_window)",
     "attention_sink_bias": ATTENTION + " (learned per-head sink joining the softmax denominator)",
     "attention_value_scale": ARCHITECTURE + " (values scaled before attention; see CHOICES)",
-    "backbone_rotary_base": ROPE + " (see CHOICES: context keys rotate with rope_theta)",
     "input_embedding_scale": ARCHITECTURE + " (block embeddings scaled)",
     "output_multiplier": PROPOSAL + " (logits scaled)",
     "final_logit_softcapping": PROPOSAL + " (tanh soft cap on logits)",
@@ -116,33 +133,84 @@ def draft_setting(config, name: str, default=None):
     return default if value is None else value
 
 
-def key_handlers(raw: dict) -> dict[str, str]:
-    """What honours each key of a raw draft config (``dflash_config.X`` for nested keys). An unknown
-    key, or a known key with a value this engine cannot honour, raises ``CheckpointError`` naming it."""
-    handlers, unknown = {}, []
-    for key in raw:
-        if key == "dflash_config":
-            continue
-        handler = TOP_LEVEL_KEYS.get(key) or DFLASH_KEYS.get(key)
-        if handler is None:
-            unknown.append(key)
-        else:
-            handlers[key] = handler
+def classify_keys(raw: dict, weights: set[str] | frozenset[str] = frozenset()) -> dict[str, tuple[str, str]]:
+    """Each key of a raw draft config (``dflash_config.X`` for nested ones) -> (HONOURED or IGNORED,
+    why). ``weights``: the names of the checkpoint's tensors where they are known (whether it has
+    its own embed_tokens decides what tie_word_embeddings does). An unknown key, or a known key
+    with a value this engine cannot honour, raises ``CheckpointError`` naming it."""
     nested = raw.get("dflash_config") or {}
     if not isinstance(nested, dict):
         raise CheckpointError("draft config: dflash_config must be a JSON object")
-    for key in nested:
-        if key in DFLASH_KEYS:
-            handlers[f"dflash_config.{key}"] = DFLASH_KEYS[key]
+    classes, unknown = {}, []
+    for name, key in [(key, key) for key in raw if key != "dflash_config"] + [(f"dflash_config.{key}", key)
+                                                                               for key in nested]:
+        nested_key = name.startswith("dflash_config.")
+        if key in IGNORED_KEYS:
+            classes[name] = (IGNORED, IGNORED_KEYS[key])
+        elif key in DFLASH_KEYS or (not nested_key and key in TOP_LEVEL_KEYS):
+            classes[name] = (HONOURED, DFLASH_KEYS.get(key) or TOP_LEVEL_KEYS[key])
         else:
-            unknown.append(f"dflash_config.{key}")
+            unknown.append(name)
     if "dflash_config" in raw:
-        handlers["dflash_config"] = "holds the DFlash keys below"
+        classes["dflash_config"] = (HONOURED, "holds the DFlash keys below")
     if unknown:
         raise CheckpointError(f"draft config has keys this engine does not know: {', '.join(unknown)}; it refuses "
                               "them rather than run a draft whose meaning it would change by ignoring them")
     refuse_values(raw, nested)
-    return handlers
+    for name, why in unused_here(raw, nested, weights).items():
+        if classes.get(name, (IGNORED,))[0] == HONOURED:
+            classes[name] = (IGNORED, why)
+    return classes
+
+
+def key_handlers(raw: dict) -> dict[str, str]:
+    """Why each key of a raw draft config is honoured or ignored (see ``classify_keys``)."""
+    return {name: why for name, (_, why) in classify_keys(raw).items()}
+
+
+def unused_here(raw: dict, nested: dict, weights) -> dict[str, str]:
+    """Honoured keys that this particular config makes inert, with why: a window size where no
+    layer slides, a RoPE length where no scaling reads it. Reported as ignored, so that what a
+    config's keys are said to do is what they do."""
+    merged = {**raw, **nested}
+    unused = {}
+    rope = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
+    rope_type = rope.get("rope_type") or rope.get("type") or "default"
+    if rope_type == "default":
+        unused["max_position_embeddings"] = "no rope scaling reads it (plain RoPE needs no length)"
+    elif rope_type in ("yarn", "linear") and rope.get("factor") and (rope_type == "linear" or rope.get(
+            "original_max_position_embeddings")):
+        unused["max_position_embeddings"] = "rope_scaling's own factor and original length set the scaling"
+    layer_types = raw.get("layer_types")
+    layers_slide = any(t == "sliding_attention" for t in layer_types or [])
+    if layer_types is None and raw.get("use_sliding_window"):  # Qwen3Config makes the layers from these
+        layers_slide = raw.get("num_hidden_layers", 1) > raw.get("max_window_layers", 28)
+    if layer_types is not None:
+        unused["max_window_layers"] = "layer_types lists each layer's kind, which decides"
+    elif not raw.get("use_sliding_window"):
+        unused["max_window_layers"] = "use_sliding_window is off: no layer is made sliding"
+    swa_everywhere = bool(merged.get("use_swa")) and not layers_slide
+    if not layers_slide and not swa_everywhere:
+        unused["sliding_window"] = "no layer slides"
+        unused["use_sliding_window"] = unused.get("use_sliding_window", "no layer slides")
+    if nested.get("swa_window_size") and (swa_everywhere or layers_slide):
+        unused["sliding_window"] = "dflash_config.swa_window_size sets the window"
+    if "embed_tokens.weight" not in weights:
+        unused["tie_word_embeddings"] = "the draft has no embed_tokens of its own: the target's head is used"
+    elif "lm_head.weight" in weights:
+        unused["tie_word_embeddings"] = "the draft ships its own lm_head: nothing is tied"
+    for name, key in (("is_neox_style", "is_neox_style"), ("rope_is_neox_style", "rope_is_neox_style")):
+        if raw.get(key) is True:
+            unused[name] = "true is the only RoPE layout there is here (false is refused)"
+    if merged.get("use_aux_hidden_state") is True:
+        for name in ("use_aux_hidden_state", "dflash_config.use_aux_hidden_state"):
+            unused[name] = "true is what every DFlash draft does (false is refused)"
+    if raw.get("v_head_dim") is not None:
+        unused["v_head_dim"] = "equal to head_dim: values are as wide as keys, as every draft layer has them"
+    for key in DFLASH_KEYS:
+        if key in raw and key in nested:
+            unused[key] = f"dflash_config.{key} is read first"
+    return {name: why for name, why in unused.items() if name.removeprefix("dflash_config.") in merged}
 
 
 def refuse_values(raw: dict, nested: dict) -> None:
@@ -150,6 +218,10 @@ def refuse_values(raw: dict, nested: dict) -> None:
     problems = []
     if raw.get("quantization_config"):
         problems.append("quantization_config: quantised drafts are not supported")
+    head_dim = raw.get("head_dim") or (raw.get("hidden_size", 0) // max(1, raw.get("num_attention_heads", 1)))
+    if raw.get("v_head_dim") is not None and raw["v_head_dim"] != head_dim:
+        problems.append(f"v_head_dim {raw['v_head_dim']} differs from head_dim {head_dim}: values narrower or wider "
+                        "than keys change every attention output, and draft layers have values as wide as keys")
     if raw.get("hidden_act", "silu") != "silu":
         problems.append(f"hidden_act {raw['hidden_act']!r}: only silu draft layers exist")
     for key in ("is_neox_style", "rope_is_neox_style"):
@@ -186,7 +258,7 @@ def config_from_dict(raw: dict, where: str = "draft") -> tuple[Qwen3Config, str]
     if not forms:
         raise CheckpointError(f"{where} is not a DFlash draft (architectures: {arch}); known forms: "
                               f"{', '.join(ARCHITECTURES)}")
-    key_handlers(raw)
+    classify_keys(raw)
     values = {k: v for k, v in raw.items() if k not in ("auto_map", "transformers_version", "model_type")}
     try:
         config = Qwen3Config(**values)

@@ -11,13 +11,14 @@ from typing import Callable
 
 import torch
 
-from .catalog import download_note
+from .catalog import check_fits, download_note, find_pair, pair_of
 from .chat_formats import end_token_ids
 from .config import EngineConfig
 from .draft import DFlashDraftModel, draft_setting, load_draft
 from .errors import CheckpointError, IncompatibleDraftError, InvalidRequestError
 from .features import decoder_layers
 from .hub import HubProbe, fetch, parse_hub_ref
+from .memory import free_memory, keeps_format
 from .quantization import (check_dequantizable, device_kernels, loading_config, plan_quantization,
                            quantization_settings, quiet_transformers, widen_to)
 from .shipped import ASSETS_ENV, DEFAULT_PAIR, assets_dir, pair_dirs, pair_name  # noqa: F401 (re-exported)
@@ -236,6 +237,7 @@ def load_models(config: EngineConfig, progress: Callable[[float, str], None] | N
         draft_source = str(draft_dir) if config.draft is None else config.draft
         name = config.name or EMBEDDED_NAME
     else:
+        config = published_pair_config(config, device, dtype)
         target_dir = resolve(config.target, "target", part_of(report, 0.0, 0.5), probe)
         draft_source = config.draft
         name = config.name or pair_name(config.target, config.draft)
@@ -260,6 +262,24 @@ def load_models(config: EngineConfig, progress: Callable[[float, str], None] | N
     window = getattr(target.config, "max_position_embeddings", None) or 2048
     return LoadedModels(target, tokenizer, draft, device, dtype, name, stop_tokens(target, tokenizer),
                         int(window), str(target_dir), draft_path, stored)
+
+
+def published_pair_config(config: EngineConfig, device: torch.device, dtype: torch.dtype) -> EngineConfig:
+    """A published pair (engine.catalog) named by its menu name as ``--target`` (its hub ids
+    then fill target and draft), or given by its hub ids: refused in one line, before anything
+    is downloaded, when its stored format cannot be loaded or it cannot fit in the memory free
+    here (the GPU's on CUDA; a quantised target counted as stored where the GPU computes in it)."""
+    from dataclasses import replace
+
+    named = None if Path(config.target).expanduser().exists() else find_pair(config.target)
+    if named is not None:
+        config = replace(config, target=named.target, draft=config.draft or named.draft,
+                         name=config.name or named.name)
+    pair = named or pair_of(config.target, config.draft)
+    if pair is not None:
+        check_fits(pair, lambda: free_memory(str(device)), torch.finfo(dtype).bits / 8,
+                   keeps_format(pair.quantization, str(device)))
+    return config
 
 
 def describe(models: LoadedModels) -> dict:

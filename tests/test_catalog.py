@@ -50,15 +50,33 @@ def test_a_pinned_revision_in_the_catalog_is_kept():
     assert [ref.revision for ref in pinned.refs] == [COMMIT, COMMIT]
 
 
-def test_download_notes_give_the_figure_the_menu_gives():
-    """The warning when a checkpoint is missing and the menu's line name one size: the pair's."""
-    for pair in PUBLISHED_PAIRS:
-        menu = availability(pair, OFFLINE)  # "needs a download of 18.4 GB; no network"
-        size = menu.removeprefix("needs a download of ").split(";")[0]
-        assert download_note(pair.target) == download_note(pair.draft) == f"about {size} for the pair", pair.name
+def test_download_notes_name_what_one_checkpoint_takes_beside_the_pairs_sizes():
+    # 8.2 billion parameters in bf16; the pair adds a 1.0 billion draft; loaded: 10 % on top
+    assert download_note("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B: 16.4 GB of the pair's 18.4 GB stored, about 20.2 GB once loaded"
     assert download_note("Qwen/Qwen3-8B@main") == download_note("Qwen/Qwen3-8B")
+    assert download_note("XiaomiMiMo/MiMo-V2.5-DFlash/dflash").startswith("XiaomiMiMo/MiMo-V2.5-DFlash/dflash: 2.0 GB of")
+    for pair in PUBLISHED_PAIRS:  # the note and the menu name the same stored size for the pair
+        menu = availability(pair, OFFLINE)  # "needs a download: 18.4 GB stored, about 20.2 GB once loaded; …"
+        if not menu.startswith("needs a download: "):
+            continue  # a pair refused before any download says why instead
+        sizes = menu.removeprefix("needs a download: ").split(";")[0]
+        assert download_note(pair.target).endswith(f"the pair's {sizes}"), pair.name
     assert download_note("someone/unknown-model") == ""
     assert download_note("assets/models/tiny-coder") == ""
+
+
+def test_every_place_that_shows_a_pairs_size_shows_the_same_figures(monkeypatch, tmp_path):
+    """The menu's entry, its details, the API's description and the loading refusal read one
+    PairSize: the stored and the loaded size, both stated, the same everywhere."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    for pair in PUBLISHED_PAIRS:
+        words = pair.size.words()
+        assert "stored" in words and "once loaded" in words
+        assert words in pair.describe()
+        assert words in availability(pair, OFFLINE) and words in availability(pair, ONLINE)
+        assert download_note(pair.target).endswith(words) and download_note(pair.draft).endswith(words)
 
 
 def test_without_network_an_entry_says_what_it_would_take(monkeypatch, tmp_path):
@@ -66,14 +84,20 @@ def test_without_network_an_entry_says_what_it_would_take(monkeypatch, tmp_path)
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
     pair = catalog.find_pair("Qwen3-8B + z-lab DFlash b16")
-    assert availability(pair, OFFLINE) == "needs a download of 18.4 GB; no network"
-    assert availability(pair, ONLINE) == "downloads 18.4 GB first, needs about 20.2 GB of memory"
+    assert availability(pair, OFFLINE) == "needs a download: 18.4 GB stored, about 20.2 GB once loaded; no network"
+    assert availability(pair, ONLINE) == "downloads first: 18.4 GB stored, about 20.2 GB once loaded"
 
 
 @pytest.fixture
 def cached_tiny_pair(tmp_path, monkeypatch):
-    """A published pair whose two checkpoints are in the hub cache (as a download leaves them)."""
+    """A published pair whose two checkpoints are in the hub cache (as a download leaves them),
+    on a machine with room for any pair (the memory check has tests of its own)."""
     import huggingface_hub.constants
+
+    from engine import loading, memory
+
+    monkeypatch.setattr(loading, "free_memory", lambda device=None: (1e15, "memory"))
+    monkeypatch.setattr(memory, "available_host_memory", lambda: int(1e15))
 
     target_dir, draft_dir, *_ = save_tiny_pair(tmp_path / "pair")
     cache = tmp_path / "hub"
@@ -89,7 +113,7 @@ def cached_tiny_pair(tmp_path, monkeypatch):
 def test_the_menu_lists_published_pairs_and_picking_a_downloaded_one_loads_it(cached_tiny_pair):
     choices = {choice.key: choice for choice in available_models(AppConfig())}
     assert choices["tiny coder + its DFlash"].hint.startswith("downloaded")
-    assert choices["Qwen3-8B + z-lab DFlash b16"].hint == "needs a download of 18.4 GB; no network"
+    assert choices["Qwen3-8B + z-lab DFlash b16"].hint.startswith("needs a download: 18.4 GB stored")
     assert "z-lab/Qwen3-8B-DFlash-b16" in choices["Qwen3-8B + z-lab DFlash b16"].note
     host = EngineHost(list(choices.values()), engine_loader(EngineConfig(device="cpu")))
     engine = host.switch("tiny coder + its DFlash").result(timeout=300)
@@ -101,7 +125,8 @@ def test_picking_a_pair_that_needs_a_download_without_network_fails_at_once_and_
     choices = available_models(AppConfig())
     host = EngineHost(choices, engine_loader(EngineConfig(device="cpu")))
     start = time.monotonic()
-    with pytest.raises(CheckpointError, match=r"needs a download \(about 18\.4 GB for the pair\); no network"):
+    with pytest.raises(CheckpointError, match=r"needs a download \(Qwen/Qwen3-8B: 16\.4 GB of the pair's 18\.4 GB "
+                                              r"stored, about 20\.2 GB once loaded\); no network"):
         host.switch("Qwen3-8B + z-lab DFlash b16").result(timeout=60)
     assert time.monotonic() - start < 5
     status = host.status()

@@ -16,12 +16,15 @@ from safetensors.torch import load_file, save_file
 from engine.config import SamplingConfig
 from engine.decode import generate
 from engine.draft import DFlash2DraftModel, DFlashDraftModel, load_draft
-from engine.draft_config import config_from_dict, key_handlers
+from engine.draft_config import IGNORED, classify_keys, config_from_dict, key_handlers
 from engine.errors import CheckpointError, IncompatibleDraftError
 from engine.events import Cycle, Finished
+from engine.features import FeatureCapture
 from engine.loading import check_compatible
 from tests.published_drafts import MASK, PUBLISHED, all_keys, write_draft
-from tests.tiny_models import tiny_target
+from tests.published_twins import CATALOG_CONFIGS, read_config, shrink_draft
+from tests.published_twins import write_draft as write_twin_draft
+from tests.tiny_models import VOCAB, tiny_target
 
 PROMPT = [5, 17, 33, 2, 9, 41, 8, 60, 12, 3, 77, 21]
 FORMS = sorted(PUBLISHED)
@@ -39,15 +42,170 @@ def drafts(tmp_path_factory):
     return {name: write_draft(root / f"form{i}", raw, seed=i) for i, (name, raw) in enumerate(PUBLISHED.items())}
 
 
-# ----------------------------------------------------------------------------- every key honoured or refused
+# ----------------------------------------------------------------------------- every key honoured, ignored or refused
+
+# Every published draft config: the forms above (scaled copies) and each catalog pair's draft as
+# published (tests/published_configs), its sizes shrunk to the tiny target's.
+CATALOG_DRAFTS = {f"{name} (published)": shrink_draft(read_config(folders[1]), VOCAB, read_config(folders[0])[
+    "num_hidden_layers"]) for name, folders in CATALOG_CONFIGS.items()}
+ALL_DRAFTS = {**PUBLISHED, **CATALOG_DRAFTS}
 
 
-@pytest.mark.parametrize("name", FORMS)
-def test_every_key_of_every_published_config_is_honoured_or_refused_by_name(name):
-    raw = PUBLISHED[name]
-    handlers = key_handlers(raw)
-    assert set(handlers) == all_keys(raw)
-    assert all(isinstance(what, str) and len(what) > 10 for what in handlers.values())
+def write_any_draft(directory, raw, seed=0):
+    if any(raw is published for published in PUBLISHED.values()):
+        return write_draft(directory, raw, seed=seed)
+    write_twin_draft(raw, directory, seed=seed)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def every_draft(tmp_path_factory):
+    root = tmp_path_factory.mktemp("every")
+    return {name: write_any_draft(root / f"d{i}", raw, seed=i) for i, (name, raw) in enumerate(ALL_DRAFTS.items())}
+
+
+def fingerprint(source, raw, target, scratch):
+    """What a draft does, from its config ``raw`` and the weights in ``source``: the refusal it
+    meets (loading, or pairing with ``target``), or its block's hidden states and its proposal
+    logits on fixed inputs, in float64."""
+    import shutil
+
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    shutil.copytree(source, scratch)
+    (scratch / "config.json").write_text(json.dumps(raw))
+    try:
+        draft = load_draft(scratch, dtype=torch.float64)
+        check_compatible(draft, target)
+    except (CheckpointError, IncompatibleDraftError) as exc:
+        return ("refused", str(exc))
+    ids = torch.full((1, draft.block_size), draft.mask_token_id)
+    ids[0, 0] = 7
+    capture = FeatureCapture(target, draft.target_layer_ids).attach()  # the layers it names, tapped
+    try:
+        with torch.no_grad():
+            target(input_ids=torch.tensor([PROMPT]))
+        features = capture.take().double()
+    finally:
+        capture.detach()
+    embeddings = torch.nn.Embedding(VOCAB, 64).double()
+    embeddings.weight.data = target.get_input_embeddings().weight.data.double()
+    head = torch.nn.Linear(64, VOCAB, bias=False).double()
+    head.weight.data = target.get_output_embeddings().weight.data.double()
+    with torch.no_grad():
+        hidden = draft(draft.embed(embeddings, ids), features, torch.arange(12 + draft.block_size)[None])
+        tokens, logits = draft.draft_tokens(hidden[0, 1:], 7, head)
+    return ("ran", hidden, logits, torch.tensor(tokens))
+
+
+def same(a, b) -> bool:
+    if a[0] != b[0]:
+        return False
+    if a[0] == "refused":
+        return a[1] == b[1]
+    return all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a[1:], b[1:]))
+
+
+OTHER_FORM = {"DFlashDraftModel": "DFlash2DraftModel", "DFlash2DraftModel": "DFlashDraftModel"}
+
+
+# where doubling is too small a change to show: the selector's top-1 is each slot's argmax
+CHANGES = {"selector_top_k": 1}
+
+
+def changed(value, key=""):
+    """Another value of the same kind: what a key is checked to react to (or not)."""
+    if key in CHANGES:
+        return CHANGES[key]
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value * 2 if value > 1 else value + 1
+    if isinstance(value, float):
+        return value * 0.5 if value else 0.5
+    if isinstance(value, str):
+        return {"silu": "gelu", "bfloat16": "float16"}.get(value, value + "-changed")
+    if isinstance(value, list) and value and isinstance(value[0], str):
+        if value[0] in OTHER_FORM:
+            return [OTHER_FORM[value[0]]]
+        flip = {"sliding_attention": "full_attention", "full_attention": "sliding_attention"}
+        return [flip.get(value[0], value[0])] + value[1:]
+    if isinstance(value, list) and value:
+        return [(value[0] + 1) % 4] + value[1:]
+    if isinstance(value, dict):
+        if "rope_theta" in value:
+            return {**value, "rope_theta": value["rope_theta"] * 0.5}
+        if "factor" in value:
+            return {**value, "factor": value["factor"] * 2}
+        return {**value, "changed": True}
+    raise AssertionError(f"no change known for {value!r}")
+
+
+def with_key(raw, name, value):
+    edited = copy.deepcopy(raw)
+    where, key = (edited["dflash_config"], name.split(".", 1)[1]) if name.startswith("dflash_config.") else (edited, name)
+    if value is REMOVE:
+        where.pop(key)
+    else:
+        where[key] = value
+    return edited
+
+
+REMOVE = object()
+KEY_CASES = [(form, name) for form, raw in ALL_DRAFTS.items() for name in all_keys(raw) if name != "dflash_config"]
+
+
+@pytest.mark.parametrize("form, name", KEY_CASES, ids=[f"{form}: {name}" for form, name in KEY_CASES])
+def test_each_key_does_what_its_class_says(every_draft, target, tmp_path, form, name):
+    """Honoured: changing the key changes the draft (its output, its proposals, its loading or its
+    pairing). Ignored: changing it changes nothing. Refused: a value that cannot be honoured is
+    refused naming the key. A key whose value is null is the key absent."""
+    raw = ALL_DRAFTS[form]
+    weights = set(load_file(str(every_draft[form] / "model.safetensors")))
+    kind, why = classify_keys(raw, weights)[name]
+    assert why
+    base = fingerprint(every_draft[form], raw, target, tmp_path / "base")
+    assert base[0] == "ran", base
+    key = name.removeprefix("dflash_config.")
+    value = (raw["dflash_config"] if name.startswith("dflash_config.") else raw)[key]
+    if value is None:
+        assert same(fingerprint(every_draft[form], with_key(raw, name, REMOVE), target, tmp_path / "x"), base)
+        return
+    after = fingerprint(every_draft[form], with_key(raw, name, changed(value, key)), target, tmp_path / "x")
+    if after[0] == "refused" and key in after[1]:
+        return  # a value this engine cannot honour, refused by the key's name (v_head_dim, hidden_act, ...)
+    if kind == IGNORED:
+        assert same(after, base), f"{name} is said to be ignored ({why}) but changing it changed the draft"
+    else:
+        assert not same(after, base), f"{name} is said to be honoured ({why}) but changing it changed nothing"
+
+
+def test_every_published_draft_config_loads_as_published():
+    """The full-size files, every key as published: each one parses (MiMo-V2.5-Pro's dflash/ config
+    with v_head_dim, num_anchors and loss_decay_gamma included)."""
+    for name, (_, draft_folder) in CATALOG_CONFIGS.items():
+        raw = read_config(draft_folder)
+        classes = classify_keys(raw)
+        assert set(classes) == all_keys(raw), name
+        config, form = config_from_dict(copy.deepcopy(raw))
+        assert form == "dflash" and config.num_hidden_layers == raw["num_hidden_layers"], name
+
+
+def test_training_only_keys_are_ignored_and_say_why():
+    raw = read_config("XiaomiMiMo__MiMo-V2.5-Pro-FP4-DFlash__dflash")
+    classes = classify_keys(raw)
+    for name in ("dflash_config.num_anchors", "dflash_config.loss_decay_gamma"):
+        assert classes[name][0] == IGNORED and "training" in classes[name][1]
+
+
+@pytest.mark.parametrize("v_head_dim, refused", [(128, False), (64, True), (192, True)])
+def test_v_head_dim_other_than_head_dim_is_refused_by_name(v_head_dim, refused):
+    raw = {**read_config("XiaomiMiMo__MiMo-V2.5-Pro-FP4-DFlash__dflash"), "v_head_dim": v_head_dim}
+    if refused:
+        with pytest.raises(CheckpointError, match=f"v_head_dim {v_head_dim} differs from head_dim 128"):
+            config_from_dict(raw)
+    else:
+        config_from_dict(raw)
 
 
 def test_an_unknown_key_is_refused_by_its_name():

@@ -2,7 +2,7 @@
 the components they change (names as in ``ui.layout``; ``ui.named.Outputs`` maps them).
 
 Everything shown comes from the store (sessions, messages, cycles); the browser keeps only the
-id of the session it shows. Engine work goes through ``ctx.engines.submit`` (one worker).
+id of the session it shows. Replies go through the reply service (``ctx.replies``, one engine worker).
 Bad input raises ``gr.Error`` with a clear message before anything is stored or cleared.
 """
 
@@ -550,15 +550,17 @@ def refusal_text(exc: Exception) -> str:
     return _sentence(str(exc))
 
 
-def _store_prompt(ctx: UIContext, accepted: Accepted) -> int:
-    """Store the accepted message (committed before generation starts); returns its session."""
+def _store_prompt(ctx: UIContext, accepted: Accepted) -> tuple[int, str]:
+    """Store the accepted message (committed before generation starts); returns its session and title."""
     session_id, model = accepted.session_id, accepted.model
     settings = {**accepted.settings.as_dict(), "model": model}
     try:
         session = ctx.store.get_session(session_id) if session_id is not None else None
         if session is None:
-            session_id = ctx.store.create_session(_title(accepted.text), model=model, settings=settings)
+            title = _title(accepted.text)
+            session_id = ctx.store.create_session(title, model=model, settings=settings)
         else:
+            title = session["title"]
             ctx.store.update_session_settings(session_id, settings)
             if ctx.engines.resolve(session["model"]) != model:
                 ctx.store.update_session_model(session_id, model)
@@ -566,7 +568,7 @@ def _store_prompt(ctx: UIContext, accepted: Accepted) -> int:
     except STORE_ERRORS as exc:
         raise refused(f"Could not save the message: {exc}") from None
     ctx.replies.mark_request(session_id)
-    return session_id
+    return session_id, title
 
 
 def _prompt_text(text) -> str:
@@ -673,12 +675,12 @@ def submit_completion(ctx: UIContext, session_id: int | None, code: str, setting
 
 def _submit(ctx: UIContext, accepted: Accepted) -> dict:
     """Store what was accepted; the session's view, and the reply ``respond`` makes."""
-    session_id = _store_prompt(ctx, accepted)
+    session_id, title = _store_prompt(ctx, accepted)
     rows, ids = chat_history(ctx, session_id)
     request = _generation_request(session_id, accepted.prompt, accepted.kind, accepted.settings, accepted.model,
                                   accepted.sampling, accepted.fallback)
     return {"session": session_id, "remembered": session_id, "chat": rows, "msg_ids": ids,
-            "sessions": session_list(ctx, session_id), "title": ctx.store.get_session(session_id)["title"],
+            "sessions": session_list(ctx, session_id), "title": title,
             "reply_request": PageReply(request, rows, ids, accepted.notice)}
 
 

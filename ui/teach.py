@@ -4,7 +4,7 @@ look at a session's analytics.
 ``build_teach_tab(ctx, demo, tab, chat_session)`` is called inside ``with gr.Tab("Teach",
 elem_id="teach") as tab`` in ``ui.layout``; it builds the tab and wires its own events (the tab's
 ``select`` or the page's ``load`` refresh it; it needs only the chat's remembered session). Everything shown comes
-from the store; the comparison runs on the engine worker (``ctx.engines.submit``).
+from the store; the comparison runs on the engine worker (``ctx.replies.run_job``).
 
 Element ids: teach-session, teach-reply, teach-refresh, teach-prev, teach-play, teach-next,
 teach-speed, teach-cycle, teach-step (holding teach-caption, teach-context, teach-block,

@@ -638,3 +638,29 @@ def test_a_reply_footer_gives_the_speedup_the_stats_give_also_when_redrawn_from_
     assert stats == pytest.approx(2.8 / 1.65)
     footer = h.chat_history(ctx, session_id)[0][-1]["content"]
     assert f"~{stats:.2f}× est. speedup" in footer
+
+
+def test_a_send_is_checked_once_and_respond_reads_nothing_again(ctx, engine, monkeypatch):
+    """The page's check hands the send what it accepted, and the send hands respond the checked
+    request: the context window is checked once before the engine's own check, and respond reads
+    none of the session's messages (only its stats, for the session chart at the end)."""
+    _, sent = send(ctx, "first")
+    run(ctx, sent)
+    checks, reads = [], []
+    check_request = engine.check_request
+    monkeypatch.setattr(engine, "check_request", lambda *args: checks.append(args) or check_request(*args))
+    get_messages = ctx.store.get_messages
+    monkeypatch.setattr(ctx.store, "get_messages", lambda *args: reads.append(args) or get_messages(*args))
+    accepted = h.check_send(ctx, sent["session"], "second", SETTINGS)
+    handed = h.submit_prompt(ctx, sent["session"], "second", SETTINGS, accepted)
+    assert len(checks) == 1
+    reads.clear()
+    updates = run(ctx, handed)
+    assert reads == [] and len(checks) == 2  # the second check is the engine's own, as it generates
+    assert updates[0]["reply_request"] is None  # asked for once: a second respond finds nothing to answer
+    with pytest.raises(gr.Error, match="Nothing to answer"):
+        run(ctx, {"reply_request": None})
+    assert engine.calls[-1]["prompt_ids"] == engine.encode([{"role": "user", "content": "first"},
+                                                            {"role": "assistant", "content": ctx.store.get_messages(
+                                                                sent["session"])[1]["content"]},
+                                                            {"role": "user", "content": "second"}])

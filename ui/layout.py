@@ -202,9 +202,11 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
 
     # -- settings: one Settings value in a State, saved with the session on every user change;
     # show-rejected is also a class toggle
+    # (every change is sent at once, "multiple": "always_last" or "once" would hold a change back, or
+    # drop it, while the one before runs, and a Send clicked meanwhile would overtake it)
     changed = outputs("settings")
     gr.on([control.input for control in c.controls], changed.wrap(partial(h.change_settings, ctx)),
-          [c.session, *c.controls], changed.components, api_name="settings", trigger_mode="always_last",
+          [c.session, *c.controls], changed.components, api_name="settings", trigger_mode="multiple",
           **SETTINGS_ORDER)
     c.show_rejected.change(None, [c.show_rejected], None, js=SHOW_REJECTED_JS)
     _wire_defaults_and_tabs(ctx, c, outputs)

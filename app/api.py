@@ -218,7 +218,7 @@ class ApiService:
         return envelope.response(tally)
 
     async def _stream(self, run: Run, envelope: Envelope, request: ApiRequest):
-        tally, sent, first = self._tally(), 0, True
+        tally, sent, first, thought = self._tally(), 0, True, 0  # thought: reasoning characters sent
         try:
             async for item in run.items():
                 if isinstance(item, ReplyError) or (isinstance(item, EventItem) and isinstance(item.event, Failed)):
@@ -231,13 +231,15 @@ class ApiService:
                 event = item.event
                 info = tally.add(event)
                 if isinstance(event, Finished):
-                    yield sse(envelope.chunk(tally.text[sent:], tally.finish_reason, tally.summary(), first))
+                    yield sse(envelope.chunk(tally.text[sent:], tally.finish_reason, tally.summary(), first,
+                                             tally.reasoning[thought:]))
                     if request.include_usage:
                         yield sse(envelope.usage_chunk(tally))
                 elif info is not None:
                     safe = len(tally.text) - (unsafe_tail(tally.text, request.stop) if request.stop else 0)
-                    yield sse(envelope.chunk(tally.text[sent:max(sent, safe)], None, info, first))
-                    sent, first = max(sent, safe), False
+                    yield sse(envelope.chunk(tally.text[sent:max(sent, safe)], None, info, first,
+                                             tally.reasoning[thought:]))
+                    sent, first, thought = max(sent, safe), False, len(tally.reasoning)
             yield "data: [DONE]\n\n"
         finally:
             finish_run(self.replies, run)

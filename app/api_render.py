@@ -35,7 +35,9 @@ def error_body(message: str, type_: str = "invalid_request_error", param: str | 
 class ReplyTally:
     """Everything the API reports about one reply, built from its events as they come."""
 
-    text: str = ""
+    text: str = ""  # the answer (a reasoning model's reasoning is apart, in ``reasoning``)
+    reasoning: str = ""
+    reasoning_tokens: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     block_size: int = 1
@@ -52,7 +54,9 @@ class ReplyTally:
         """Count one event; return the per-chunk ``dflash`` object for the text it adds."""
         if isinstance(event, Started):
             self.prompt_tokens, self.block_size, self.speculative = event.prompt_tokens, event.block_size, event.speculative
-            self.text, self.completion_tokens = event.first_text, 1
+            self.text, self.completion_tokens = event.first_answer_text, 1
+            self.reasoning = event.first_text if event.first_part == "reasoning" else ""
+            self.reasoning_tokens = int(event.first_part == "reasoning")
             return {"cycle": 0, "block_size": event.block_size, "accepted": 0, "origins": ["prefill"]}
         if isinstance(event, Cycle):
             return self._add_cycle(event)
@@ -62,11 +66,16 @@ class ReplyTally:
             self.completion_tokens = event.new_tokens
             if event.text or event.reason == "stop":  # a stop string may have cut earlier text
                 self.text = event.text
+            if event.reasoning_tokens:
+                self.reasoning, self.reasoning_tokens = event.reasoning, event.reasoning_tokens
         return None
 
     def _add_cycle(self, cycle: Cycle) -> dict:
         origins = list(cycle.origins())
-        self.text += cycle.emitted_text
+        self.text += cycle.answer_text
+        parts = cycle.parts()
+        self.reasoning += "".join(p for p, part in zip(cycle.emitted_pieces, parts) if part == "reasoning")
+        self.reasoning_tokens += parts.count("reasoning")
         self.completion_tokens += len(cycle.emitted)
         self.accepted += origins.count("accepted")
         self.rejected += len(cycle.rejected)
@@ -84,7 +93,7 @@ class ReplyTally:
         return FINISH_REASONS.get(self.finished.reason if self.finished else "cancelled", "stop")
 
     def usage(self) -> dict:
-        details = {"accepted_prediction_tokens": self.accepted, "reasoning_tokens": 0}
+        details = {"accepted_prediction_tokens": self.accepted, "reasoning_tokens": self.reasoning_tokens}
         if self.rejected_known:  # else left out, never invented
             details["rejected_prediction_tokens"] = self.rejected
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
@@ -124,10 +133,13 @@ class Envelope:
                 "system_fingerprint": None}
 
     def chunk(self, text: str | None, finish_reason: str | None = None, dflash: dict | None = None,
-              first: bool = False) -> dict:
-        """One streamed chunk carrying ``text`` (chat: a delta; completions: the text)."""
+              first: bool = False, reasoning: str = "") -> dict:
+        """One streamed chunk carrying ``text`` (chat: a delta; completions: the text) and, from a
+        reasoning model, the ``reasoning`` it adds (``reasoning_content``, as vLLM and DeepSeek send it)."""
         if self.kind == "chat":
             delta = {"role": "assistant", "content": text or ""} if first else ({"content": text} if text else {})
+            if reasoning:
+                delta["reasoning_content"] = reasoning
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
             body = self._base("chat.completion.chunk")
         else:
@@ -147,8 +159,10 @@ class Envelope:
         """The whole (non-streamed) response."""
         if self.kind == "chat":
             body = self._base("chat.completion")
-            choice = {"index": 0, "message": {"role": "assistant", "content": tally.text, "refusal": None},
-                      "logprobs": None, "finish_reason": tally.finish_reason}
+            message = {"role": "assistant", "content": tally.text, "refusal": None}
+            if tally.reasoning_tokens:
+                message["reasoning_content"] = tally.reasoning
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": tally.finish_reason}
         else:
             body = self._base("text_completion")
             choice = {"index": 0, "text": tally.text, "logprobs": None, "finish_reason": tally.finish_reason}

@@ -48,6 +48,11 @@ class ChatMessage(BaseModel):
     name: str | None = None
 
 
+class ChatTemplateKwargs(BaseModel):
+    model_config = _STRICT
+    enable_thinking: bool | None = None
+
+
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
     include_usage: bool = False
@@ -75,6 +80,10 @@ class _Common(BaseModel):
 class ChatCompletionRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    reasoning_effort: Literal["low", "medium", "high"] | None = Field(
+        None, description="harmony models (gpt-oss): the system message's 'Reasoning: <level>'; refused for others")
+    chat_template_kwargs: ChatTemplateKwargs | None = Field(
+        None, description="extension (as in vLLM): enable_thinking turns a Qwen3-style model's thinking on or off")
 
 
 class CompletionRequest(_Common):
@@ -101,7 +110,7 @@ UNSUPPORTED = {
     "prediction": "predicted outputs are not supported: the DFlash draft predicts by itself",
     "audio": "audio output is not supported by this server",
     "modalities": "only text output is supported by this server",
-    "reasoning_effort": "reasoning_effort is not supported by this server",
+    "reasoning_effort": "reasoning_effort applies to chat completions (/v1/chat/completions) of harmony models",
     "web_search_options": "web search is not supported by this server",
     "suffix": "suffix (fill-in-the-middle) is not supported by this server's models",
     "echo": "echo is not supported by this server",
@@ -109,6 +118,7 @@ UNSUPPORTED = {
 }
 
 
+HONOURED = {"ChatCompletionRequest": ("reasoning_effort",)}  # of UNSUPPORTED: what one endpoint does take
 HARMLESS_VALUES = {"response_format": ({"type": "text"},), "modalities": (["text"],), "tool_choice": ("none",)}
 
 
@@ -153,7 +163,7 @@ def check_supported(body: _Common) -> None:
     """Refuse, by name, every parameter the server does not honour."""
     given = {**body.model_dump(exclude_unset=True), **(body.model_extra or {})}
     for name, value in given.items():
-        if name in UNSUPPORTED and not _asks_for_nothing(name, value):
+        if name in UNSUPPORTED and name not in HONOURED.get(type(body).__name__, ()) and not _asks_for_nothing(name, value):
             raise UnsupportedParameter(name, f"{name}: {UNSUPPORTED[name]}")
         if name not in UNSUPPORTED and name not in IGNORED and name not in type(body).model_fields:
             raise UnsupportedParameter(name, f"Unrecognized request argument supplied: {name}")

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 
 from storage.records import API_SOURCE
 
+from .api_reasoning import chat_settings
 from .api_requests import ApiRequest
 
 TITLE_PREFIX = "API · "
@@ -36,6 +37,7 @@ def reply_settings(request: ApiRequest, model_key: str, block_size: int, endpoin
         settings["seed"] = sampling.seed
     if request.stop:
         settings["stop"] = list(request.stop)
+    settings.update(chat_settings(request.params))  # thinking, reasoning effort: how the template renders it
     return settings
 
 

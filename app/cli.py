@@ -8,6 +8,17 @@ import importlib
 import os
 import sys
 
+# What the top-level help says about running the app: the options a first run needs.
+RUN_THE_APP = """\
+`dflash-studio` alone runs the app (the serve command): the page and the API on
+127.0.0.1:7860. When 7860 is busy (another app, a second copy) it moves to the next free port
+(7861, 7862, …) and prints the address it took.
+
+  dflash-studio --port 8000        listen on port 8000 exactly (an error if it is taken)
+  dflash-studio --no-browser       do not open a browser tab
+  dflash-studio serve --help       every option of the app (--host, --auth, --db, the model …)
+"""
+
 # Each module defines register(subparsers) and sets a ``func`` default on its parser.
 COMMAND_MODULES = (
     "app.cmd_serve",
@@ -22,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dflash-studio",
         description="A local coding assistant that uses, and shows, DFlash speculative decoding.",
+        epilog=RUN_THE_APP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:

@@ -62,6 +62,7 @@ def run(args) -> int:
                               temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                               seed=args.seed, proposal=args.proposal).validate()
     fallback = FallbackConfig(enabled=args.fallback, preset=args.fallback_preset)
+    print(COLUMNS_VLLM if args.engine == "vllm" else COLUMNS, file=sys.stderr if args.json else sys.stdout, flush=True)
     if args.engine == "vllm":
         summary = run_vllm(args, prompts, sampling)
     else:
@@ -114,12 +115,25 @@ def identity_mark(row: dict, temperature: float) -> str:
     return "" if row["identical"] else "  DIFFERENT"
 
 
+# What each progress line's columns are (printed once, before the first line).
+COLUMNS = ("each prompt, by its name or first words: tokens written, then tokens/s of three paths on the same target:\n"
+           "  hf      plain decoding by transformers' own generate()\n"
+           "  block1  plain decoding by this engine's loop at block size 1 (no draft)\n"
+           "  dflash  DFlash: the draft proposes a block, the target verifies it in one pass\n"
+           "then DFlash's speedup over the faster plain path and its mean τ (tokens per cycle)")
+COLUMNS_VLLM = ("each prompt, by its name or first words: tokens written, then tokens/s:\n"
+                "  hf      n/a (transformers does not run here)\n"
+                "  block1  plain decoding: the vLLM server without its draft\n"
+                "  dflash  DFlash: the vLLM server with its draft\n"
+                "then DFlash's speedup over plain decoding and its mean τ (tokens per cycle)")
+
+
 def progress_printer(args):
     def progress(number, total, row):
         hf = f"{row['hf_tokens_per_s']:7.1f}" if row["hf_tokens_per_s"] is not None else "    n/a"
         local = (f"  local {row['local_block1_tokens_per_s']:6.1f}/{row['local_dflash_tokens_per_s']:6.1f}"
                  if "local_dflash_tokens_per_s" in row else "")
-        print(f"[{number}/{total}] {row['name']:>12}: {row['tokens']:4d} tok  "
+        print(f"[{number}/{total}] {row['name']:<24}  {row['tokens']:4d} tok  "
               f"hf {hf}  block1 {row['block1_tokens_per_s']:7.1f}  "
               f"dflash {row['dflash_tokens_per_s']:7.1f} tok/s  {row['speedup']:.2f}x  τ {row['mean_acceptance_length']:.2f}"
               f"{local}{identity_mark(row, args.temperature)}{'  LOOP' if row['loop'] else ''}"

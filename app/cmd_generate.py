@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -21,6 +22,11 @@ def register(subparsers) -> None:
     add_sampling_options(parser)
     add_fallback_options(parser)
     parser.add_argument("--raw", action="store_true", help="use the prompt as raw text, not through the chat template")
+    parser.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
+                        help="a reasoning model's thinking on/off, where its template takes it (default: the "
+                             "template's; docs/models.md, Chat formats)")
+    parser.add_argument("--reasoning-effort", choices=["low", "medium", "high"], default=None,
+                        help="harmony models (gpt-oss): the system message's reasoning level")
     parser.add_argument("--json", action="store_true", help="print one JSON object (last line of stdout)")
     parser.add_argument("--events", action="store_true", help="with --json: include every cycle")
     parser.add_argument("--color", choices=["auto", "always", "never"], default="auto")
@@ -46,12 +52,21 @@ def generate_with(engine, args, prompt: str, sampling) -> int:
     from engine.events import Cycle, Failed, Finished, Started, event_to_dict
     from engine.interface import capabilities_of
 
-    prompt_ids = engine.encode(prompt, raw=args.raw)
+    from engine.chat_formats import ChatOptions
+    from engine.errors import InvalidRequestError
+    from engine.reasoning import encode_chat, reasoning_events
+
+    options = ChatOptions(getattr(args, "thinking", None), getattr(args, "reasoning_effort", None))
+    try:
+        prompt_ids = encode_chat(engine, prompt, args.raw, options)
+    except InvalidRequestError as exc:
+        print(f"dflash-studio: error: {exc}", file=sys.stderr)
+        return 2
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not args.json)
     out = sys.stdout
     cycles, finished = [], None
     try:
-        events = engine.generate(prompt_ids, sampling, fallback_config(args))
+        events = reasoning_events(engine, prompt_ids, args.raw, engine.generate(prompt_ids, sampling, fallback_config(args)))
     except PromptTooLongError as exc:
         print(f"dflash-studio: error: {exc}. Shorten the prompt.", file=sys.stderr)
         return 2
@@ -69,7 +84,9 @@ def generate_with(engine, args, prompt: str, sampling) -> int:
             return 2
         out.flush()
     summary = {
-        "text": finished.text,
+        "text": finished.text,  # a reasoning model's answer; its reasoning is apart
+        "reasoning": finished.reasoning,
+        "reasoning_tokens": finished.reasoning_tokens,
         "token_ids": list(finished.token_ids),
         "acceptance_lengths": list(finished.acceptance_lengths),
         "mean_acceptance_length": round(finished.mean_acceptance_length, 4),

@@ -33,7 +33,7 @@ def register(subparsers) -> None:
 def _add_app_options(parser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1; any other needs --auth)")
-    parser.add_argument("--port", type=int, help="port (default: the first free one from 7860)")
+    parser.add_argument("--port", type=int, help="port, exactly (default: 7860, or the next free one when 7860 is busy)")
     parser.add_argument("--auth", metavar="USER:PASSWORD", help="require this login (needed off loopback)")
     parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                         help="also answer to this Host name (a reverse proxy, a LAN name); other names are "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine.files import write_text_atomically
 from storage import DB_PATH_ENV_VAR, ImportFormatError, SessionStore, StoreError, default_db_path
+from storage.records import number_replies
 from storage.transfer import parse_export
 
 from . import cmd_share
@@ -34,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
 
     list_parser = commands.add_parser("list", parents=[database], help="sessions, most recent first")
-    list_parser.add_argument("--search", metavar="TEXT", help="only sessions whose title or messages contain TEXT")
+    list_parser.add_argument("--search", metavar="TEXT", help="only sessions whose title or messages hold every word of TEXT (a word's start "
+                             "is enough: 'fib' finds 'fibonacci'), best match first, each with its match in [brackets]")
     list_parser.add_argument("--limit", type=int, default=200, help="at most this many (default 200)")
     list_parser.set_defaults(func=_guarded(list_sessions))
 
@@ -107,18 +109,37 @@ def list_sessions(args: argparse.Namespace) -> int:
     if store is None:
         print(f"no sessions yet ({_db_path(args)} does not exist)")
         return 0
+    searching = bool(args.search and args.search.strip())
     with store:
-        sessions = store.search_sessions(args.search, args.limit) if args.search else store.list_sessions(args.limit)
+        matches = store.search(args.search, args.limit) if searching else []
+        sessions = [m.session for m in matches] if searching else store.list_sessions(args.limit)
+        by_session = store.reply_models([session.id for session in sessions])
     if not sessions:
         print("no sessions" + (f" matching {args.search!r}" if args.search else ""))
         return 0
-    width = max(len("MODEL"), *(len(session["model"] or "-") for session in sessions))  # never cut a name
+    models = {session.id: models_label(by_session[session.id], session["model"]) for session in sessions}
+    width = max(len("MODEL"), *(len(label) for label in models.values()))  # never cut a name
     print(f"{'ID':>5}  {'UPDATED':<19}  {'MSGS':>4}  {'MODEL':<{width}}  TITLE")
+    snippets = {m.session.id: m.snippet for m in matches if m.field == "message"}
     for session in sessions:
         updated = session["updated_at"][:19].replace("T", " ")
         print(f"{session['id']:>5}  {updated:<19}  {session['message_count']:>4}  "
-              f"{session['model'] or '-':<{width}}  {session['title']}")
+              f"{models[session.id]:<{width}}  {session['title']}")
+        if session.id in snippets:  # where the words are, when not in the title
+            print(f"{'':>5}  {' '.join(snippets[session.id].split())}")
     return 0
+
+
+MODELS_NAMED = 3  # a session with replies from more models says "several models (N)"
+
+
+def models_label(reply_models: list[str], session_model: str) -> str:
+    """Every model a session holds replies from ("tiny-coder, tiny-coder-fast"), so that a session
+    answered by several (the rolling API one) is not listed under the last alone; before its first
+    reply, the model it was opened with."""
+    if len(reply_models) > MODELS_NAMED:
+        return f"several models ({len(reply_models)})"
+    return ", ".join(reply_models) or session_model or "-"
 
 
 def _reply_summary(reply: dict) -> str:
@@ -140,6 +161,7 @@ def show_session(args: argparse.Namespace) -> int:
         messages = store.get_messages(args.session_id)
         stats = store.session_stats(args.session_id)
     replies = {reply["message_id"]: reply for reply in stats["replies"]}
+    numbers = number_replies(messages)  # the number `sessions share --reply N` takes
     print(f"session {session['id']} · {session['title']}")
     print(f"model {session['model'] or '-'} · {session['message_count']} messages · "
           f"created {session['created_at'][:19].replace('T', ' ')} · "
@@ -149,7 +171,7 @@ def show_session(args: argparse.Namespace) -> int:
         print(f"{tokens} tokens in {stats['cycles']} cycles · mean τ {stats['mean_tau']:.2f}"  # as its replies count
               + (f" · {stats['tokens_per_s']:.1f} tok/s" if stats["tokens_per_s"] else ""))
     for message in messages:
-        header = [f"[{message['seq']}] {message['role']}", message["status"]]
+        header = [f"reply {numbers[message['id']]}" if message["id"] in numbers else message["role"], message["status"]]
         if message["role"] == "assistant" and message["model"] and message["model"] != session["model"]:
             header.append(f"by {message['model']}")  # the session's model changed after this reply
         if message["id"] in replies and _reply_summary(replies[message["id"]]):

@@ -1,4 +1,4 @@
-"""`dflash-studio sessions share ID [--message N] -o FILE.html [--gif FILE.gif] [--race]`: one
+"""`dflash-studio sessions share ID [--reply N] -o FILE.html [--gif FILE.gif] [--race]`: one
 stored reply's decoding as a self-contained HTML replay (and an animated GIF).
 
 ``--race`` first runs Compare on the engine (the reply's prompt with speculation off, then DFlash
@@ -26,8 +26,9 @@ def register(commands: argparse._SubParsersAction, database: argparse.ArgumentPa
         description="Write one stored reply's decoding as a single HTML file that plays it cycle by cycle "
                     "(no network needed), and optionally as an animated GIF.")
     parser.add_argument("session_id", type=int, metavar="SESSION_ID")
-    parser.add_argument("--message", type=int, metavar="N",
-                        help="the reply's number in the session, as `sessions show` lists it (default: the last reply)")
+    parser.add_argument("--reply", "--message", dest="reply", type=int, metavar="N",
+                        help="the reply's number in the session (1, 2, …), as `sessions show` lists it "
+                             "(default: the last reply)")
     parser.add_argument("-o", "--output", type=Path, metavar="FILE.html", help="write the HTML replay here")
     parser.add_argument("--gif", type=Path, metavar="FILE.gif", help="also write the replay as an animated GIF")
     parser.add_argument("--race", action="store_true",
@@ -49,16 +50,16 @@ def share_reply(args: argparse.Namespace) -> int:
         return 2
     with SessionStore(path, recover=False) as store:
         try:
-            share = load_share(store, args.session_id, seq=args.message)
+            share = load_share(store, args.session_id, reply=args.reply)
             if args.race:
                 race_now(args, store, share)
-                share = load_share(store, args.session_id, seq=args.message)
+                share = load_share(store, args.session_id, reply=args.reply)
         except ShareError as exc:
             print(f"dflash-studio: error: {exc}", file=sys.stderr)
             return 2
     if args.output is not None:
         write_text_atomically(args.output, replay_html(share))
-        print(f"wrote the replay of reply {share.message['seq']} ({len(share.cycles)} cycles) to {args.output}",
+        print(f"wrote the replay of reply {share.reply_number} ({len(share.cycles)} cycles) to {args.output}",
               file=sys.stderr)
     if args.gif is not None:
         from ui.share_gif import replay_gif

@@ -123,33 +123,58 @@ def pass1_pairs(args) -> list[tuple[str, str, str | None]]:
             for target, draft in [pair_dirs(pair)] if target.is_dir() and draft.is_dir()]
 
 
+def pass1_set_names(text: str) -> list[str]:
+    """--pass1-sets: comma-separated names of engine.training.pass1.PASS1_SETS."""
+    from engine.training.pass1 import PASS1_SETS
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in PASS1_SETS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"choose among {', '.join(PASS1_SETS)} (comma-separated), "
+                                         f"not {text!r}")
+    return names
+
+
+def pass1_sets(args) -> list[tuple[str, Path]]:
+    """(set name, file) to score: --prompts alone when given, else the --pass1-sets chosen (default all)."""
+    from engine.loading import assets_dir
+    from engine.training.pass1 import PASS1_SETS
+
+    if args.prompts:
+        return [(args.prompts.stem, args.prompts)]
+    return [(name, assets_dir() / "prompts" / PASS1_SETS[name]) for name in args.pass1_sets or PASS1_SETS]
+
+
 def run_pass1(args) -> int:
-    """`train eval --pass1`: pass@1 of each pair's greedy replies on requests with unit tests."""
+    """`train eval --pass1`: pass@1 of each pair's greedy replies on requests with unit tests,
+    one report per pair and set."""
     import json
     import time
 
     from engine.config import EngineConfig
-    from engine.loading import assets_dir
     from engine.runtime import Engine
-    from engine.training.pass1 import PASS1_FILE, SandboxLimits, pair_replies, read_tasks, score_pair
+    from engine.training.pass1 import SandboxLimits, pair_replies, read_tasks, score_pair
 
-    path = args.prompts or assets_dir() / "prompts" / PASS1_FILE
-    tasks = read_tasks(path)
+    sets = [(name, path, read_tasks(path)) for name, path in pass1_sets(args)]  # a bad file fails before loading
     quiet = (lambda _line: None) if args.json else print
     reports = []
     for label, target, draft in pass1_pairs(args):
         engine = Engine.load(EngineConfig(target=target, draft=draft, device=args.device, threads=args.threads,
                                           speculative=draft is not None))
-        start = time.time()
-        replies = pair_replies(engine, tasks, args.max_new_tokens, followups=not args.no_followups,
-                               compare_plain=args.compare_plain, log=quiet)
-        seconds = time.time() - start
-        report = score_pair(tasks, replies, SandboxLimits(), log=quiet)
-        reports.append({"pair": label, "target": target, "draft": draft, "prompts": str(path),
-                        "block_size": engine.block_size, "max_new_tokens": args.max_new_tokens,
-                        "generation_seconds": round(seconds, 1), **report})
+        pair_reports = []
+        for name, path, tasks in sets:
+            quiet(f"{label}: set {name} ({path})")
+            start = time.time()
+            replies = pair_replies(engine, tasks, args.max_new_tokens, followups=not args.no_followups,
+                                   compare_plain=args.compare_plain, log=quiet)
+            seconds = time.time() - start
+            report = score_pair(tasks, replies, SandboxLimits(), log=quiet)
+            pair_reports.append({"pair": label, "set": name, "target": target, "draft": draft, "prompts": str(path),
+                                 "block_size": engine.block_size, "max_new_tokens": args.max_new_tokens,
+                                 "generation_seconds": round(seconds, 1), **report})
+        reports += pair_reports
         if not args.json:
-            print(format_pass1_summary(reports[-1]))
+            print(format_pass1_pair(pair_reports))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(reports, indent=2) + "\n")
@@ -164,23 +189,47 @@ def _counts(t: dict, cut: bool = False) -> str:
     return f"strict {strict}/{t['n']} ({pct(strict)}), lenient {lenient}/{t['n']} ({pct(lenient)})"
 
 
+def _strict_lenient(t: dict) -> str:
+    return f"{t['strict']}/{t['n']} / {t['lenient']}/{t['n']}" if t["n"] else "-"
+
+
+def format_pass1_pair(reports: list[dict]) -> str:
+    """One pair's sets: a headline of every figure (strict first), then each set in full."""
+    figures = []
+    for r in reports:
+        figure = f"{r['set']}: alone {_strict_lenient(r['alone'])}"
+        if r["followups"]["n"]:
+            figure += f", {'edits' if r['edit_followups'] else 'follow-ups'} {_strict_lenient(r['followups'])}"
+        figures.append(figure)
+    headline = f"pair {reports[0]['pair']}, pass@1 strict / lenient · " + " · ".join(figures)
+    return "\n".join([headline] + [format_pass1_summary(r) for r in reports])
+
+
 def format_pass1_summary(r: dict) -> str:
+    edits = r.get("edit_followups")
     lines = [
-        f"pair {r['pair']}: greedy, block {r['block_size']}, up to {r['max_new_tokens']} new tokens, "
-        f"{r['alone']['n']} requests from {r['prompts']}, generated in {r['generation_seconds']} s"
+        f"set {r.get('set', r['prompts'])}: pair {r['pair']}, greedy, block {r['block_size']}, up to "
+        f"{r['max_new_tokens']} new tokens, {r['alone']['n']} requests" + (" opening a chat" if edits else "")
+        + f" from {r['prompts']}, generated in {r['generation_seconds']} s"
         + (f", mean τ {r['mean_tau']:.2f}" if r.get("mean_tau") else "")
         + (f", identical to plain decoding {r['identical']}" if r.get("identical") else ""),
-        f"  pass@1, each request alone: {_counts(r['alone'])}",
+        f"  pass@1, each {'opening ' if edits else ''}request alone: {_counts(r['alone'])}",
         f"    cut after the reply's first definition: {_counts(r['alone'], cut=True)}",
-        f"    tasks the training data covers in other words: {_counts(r['alone_trained_topic'])}; "
-        f"others: {_counts(r['alone_other_topic'])}",
     ]
+    if not edits:  # the openings of edit chats are few and not what that set measures
+        lines.append(f"    tasks the training data covers in other words: {_counts(r['alone_trained_topic'])}; "
+                     f"others: {_counts(r['alone_other_topic'])}")
     if r["followups"]["n"]:
         turns = " · ".join(f"turn {t}: {_counts(c)}" for t, c in r["followups_by_turn"].items())
-        lines += [f"  pass@1, follow-ups in one chat: {_counts(r['followups'])} ({turns})",
-                  f"    the same requests alone: {_counts(r['followup_requests_alone'])}",
-                  f"    cut after the first definition: {_counts(r['followups'], cut=True)}"]
-    lines.append("  strict: the function must have the expected name; lenient: or be the only one the reply defines")
+        what = "edits of the previous turn's function" if edits else "follow-ups in one chat"
+        lines.append(f"  pass@1, {what}: {_counts(r['followups'])} ({turns})")
+        if r["followup_requests_alone"]["n"]:
+            lines.append(f"    the same requests alone: {_counts(r['followup_requests_alone'])}")
+        lines.append(f"    cut after the first definition: {_counts(r['followups'], cut=True)}")
+        if r["whole_chats"]["n"]:
+            lines.append(f"    whole chats, every turn passed: {_counts(r['whole_chats'])}")
+    lines.append("  strict: the function must have the expected name (after a rename, the new one); "
+                 "lenient: or be the only one the reply defines")
     return "\n".join(lines)
 
 
@@ -281,7 +330,9 @@ def _register_draft(sub) -> None:
     p.add_argument("--prompts", type=Path, default=None,
                    help='optional JSONL of {prompt|messages} records used as extra prompts, or "requests": the '
                         "request -> code target's own kind of prompts (request_data.draft_prompt_rows), or "
-                        '"requests-wide": those and as many again that it never saw (draft_prompts), or "code-wide": '
+                        '"requests-wide": those and as many again that it never saw (draft_prompts), or "coder": '
+                        "the --data coder target's prompts (every wording, the extra tasks, follow-ups that ask "
+                        'to edit a first reply) and as many it never saw, or "code-wide": '
                         'fewer of those and more code prefixes, in more shapes (imports above a def, bare '
                         'signatures, methods under their class)')
     p.add_argument("--layers", type=int, default=2)
@@ -353,15 +404,20 @@ def _register_eval(sub) -> None:
     p.add_argument("--target", type=Path, default=None, help="target directory (default: the embedded one)")
     p.add_argument("--prompts", type=Path, default=None,
                    help="JSONL prompts (default: assets/prompts/heldout_requests.jsonl, never trained on; "
-                        "with --pass1: assets/prompts/requests_pass1.jsonl)")
+                        "with --pass1: one set in place of --pass1-sets)")
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", type=Path, default=None, help="write the full report (every reply) as JSON")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--pass1", action="store_true",
-                   help="pass@1 instead: run each greedy reply's code against the unit tests of "
-                        "assets/prompts/requests_pass1.jsonl (in a sandboxed child Python), for each request alone "
-                        "and as follow-ups in one chat; for the pair given by --target/--draft, else every shipped pair")
+                   help="pass@1 instead: run each greedy reply's code against the unit tests of each set "
+                        "(in a sandboxed child Python), for each request alone and as follow-ups in one chat; "
+                        "for the pair given by --target/--draft, else every shipped pair")
+    p.add_argument("--pass1-sets", type=pass1_set_names, default=None, metavar="SET[,SET...]",
+                   help="with --pass1: which sets to score (default all): requests "
+                        "(assets/prompts/requests_pass1.jsonl), requests_b (requests_pass1_b.jsonl, a second set "
+                        "written apart), edits (followups_pass1.jsonl, chats whose later turns edit the previous "
+                        "function); --prompts replaces them with one file")
     p.add_argument("--draft", type=Path, default=None, help="with --pass1: the pair's draft (DFlash decoding)")
     p.add_argument("--device", default=None, help="with --pass1: cpu, cuda … (default: cuda if available)")
     p.add_argument("--no-followups", action="store_true", help="with --pass1: each request alone only")

@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
 
+from starlette.datastructures import Headers
+from starlette.requests import HTTPConnection
+
 from .config import LOOPBACK_NAMES, is_loopback
 
 Scope = dict[str, Any]
@@ -117,7 +120,7 @@ def logged_in(scope: Scope) -> bool:
     tokens, cookie_id = getattr(app, "tokens", None), getattr(app, "cookie_id", None)
     if not isinstance(tokens, dict) or cookie_id is None:
         return False
-    cookies = _cookies(_header(scope, b"cookie") or "")
+    cookies = HTTPConnection(scope).cookies  # Starlette's parser: the one Gradio's own login check reads them with
     for name in (f"access-token-{cookie_id}", f"access-token-unsecure-{cookie_id}"):
         token = cookies.get(name)
         if token and tokens.get(token) is not None:
@@ -138,21 +141,22 @@ def login_exempt(scope: Scope, config: GuardConfig) -> bool:
 
 def refusal(scope: Scope, config: GuardConfig, names: frozenset[str]) -> tuple[int, str] | None:
     """Why this request is refused (status, message), or None to let it through."""
-    host = _header(scope, b"host")
+    headers = Headers(scope=scope)
+    host = headers.get("host")
     if not host_allowed(host, config, names):
         return 421 if scope["type"] == "http" else 403, (
             f"refused: Host {host!r} is not a name this server answers to (DNS-rebinding protection). "
             "If you reach it through that name on purpose, start it with --allowed-host NAME.")
-    origin = _header(scope, b"origin")
+    origin = headers.get("origin")
     if origin is not None and not origin_allowed(origin, host, names):
         return 403, f"refused: a cross-site request from origin {origin!r}"
     method = scope.get("method", "GET")
-    if origin is None and method not in SAFE_METHODS and _header(scope, b"sec-fetch-site") == "cross-site":
+    if origin is None and method not in SAFE_METHODS and headers.get("sec-fetch-site") == "cross-site":
         return 403, "refused: a cross-site request"
     if config.login_required and not login_exempt(scope, config) and not logged_in(scope):
         return 401, "Not authenticated: log in first."
     limit = config.upload_limit_bytes if scope.get("path") in UPLOAD_PATHS else config.body_limit_bytes
-    length = _header(scope, b"content-length")
+    length = headers.get("content-length")
     if length is not None and (not length.strip().isdigit() or int(length) > limit):
         return 413, f"refused: the request body is over {limit // (1024 * 1024)} MB"
     return None
@@ -222,22 +226,6 @@ async def _refuse(scope: Scope, send, status: int, message: str) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers") or ():
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return None
-
-
-def _cookies(header: str) -> dict[str, str]:
-    cookies = {}
-    for part in header.split(";"):
-        key, sep, value = part.strip().partition("=")
-        if sep:
-            cookies[key] = value
-    return cookies
 
 
 def guard_middleware(config: GuardConfig):

@@ -81,16 +81,30 @@ def read_prompts(path: str | Path, heal: bool = False) -> list[BenchPrompt]:
     return healed(prompts) if heal else prompts
 
 
+LABEL_CHARS = 24  # a prompt without a name is shown by its first words, cut to this
+
+
+def first_words(text: str, chars: int = LABEL_CHARS) -> str:
+    """A prompt's label when its line gives no name: its first words ("Write a function that…"),
+    so that a progress line or a noisy-prompt warning says which prompt it means."""
+    words = " ".join(text.split())
+    if len(words) <= chars:
+        return words
+    cut = words[:chars].rsplit(" ", 1)[0] if " " in words[:chars] else words[:chars]
+    return cut + "…"
+
+
 def parse_prompt(row: dict, number: int) -> BenchPrompt:
-    name = str(row.get("name", row.get("id", number)))
+    given = row.get("name", row.get("id"))
     if "messages" in row:
         messages = tuple({"role": str(m["role"]), "content": str(m["content"])} for m in row["messages"])
         if not messages or messages[-1]["role"] != "user":
             raise ValueError("the last message must be the user's")
-        return BenchPrompt(messages, False, name)
+        return BenchPrompt(messages, False, str(given) if given is not None else first_words(messages[-1]["content"]))
     text = row["prompt"]
     if not isinstance(text, str) or not text:
         raise ValueError("'prompt' must be a non-empty string")
+    name = str(given) if given is not None else first_words(text) or f"prompt {number}"
     return BenchPrompt(text, bool(row.get("raw", row.get("kind") == "complete")), name)
 
 

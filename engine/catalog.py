@@ -90,7 +90,8 @@ def find_pair(name: str, pairs: tuple[PublishedPair, ...] = PUBLISHED_PAIRS) -> 
 
 
 def download_note(source: str, pairs: tuple[PublishedPair, ...] = PUBLISHED_PAIRS) -> str:
-    """"about 16.4 GB" for a published target or draft (what its download takes), else ""."""
+    """"about 18.4 GB" for a published target or draft: what picking its pair downloads, the figure
+    the menu gives (``PublishedPair.download_bytes``), so that the warning and the menu agree; else ""."""
     try:
         wanted = parse_hub_ref(source)
     except Exception:  # a path, not a hub id: nothing to download
@@ -98,10 +99,8 @@ def download_note(source: str, pairs: tuple[PublishedPair, ...] = PUBLISHED_PAIR
     same = (wanted.repo_id, wanted.subfolder)
     for pair in pairs:
         target, draft = pair.refs
-        if same == (target.repo_id, target.subfolder):
-            return f"about {format_bytes(pair.target_billions * 1e9 * pair.stored_bytes)}"
-        if same == (draft.repo_id, draft.subfolder):
-            return f"about {format_bytes(pair.draft_billions * 1e9 * BF16)}"
+        if same in ((target.repo_id, target.subfolder), (draft.repo_id, draft.subfolder)):
+            return f"about {format_bytes(pair.download_bytes)} for the pair"
     return ""
 
 

@@ -13,6 +13,10 @@ class UnsupportedTargetError(CheckpointError):
     """A target whose cache the decode loop cannot roll back after a rejected draft."""
 
 
+class UnsupportedQuantizationError(CheckpointError):
+    """A target stored in a quantized format that cannot load on this device."""
+
+
 class IncompatibleDraftError(DFlashError):
     """The draft does not fit the target (hidden size, vocabulary, layer ids, mask row)."""
 

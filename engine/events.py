@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Literal, Union
 
 Origin = Literal["accepted", "bonus", "rejected"]
+Part = Literal["reasoning", "answer"]  # what a token is part of (engine.reasoning reads it)
 FinishReason = Literal["stop", "length", "cancelled"]
 FallbackState = Literal["full", "reduced", "off", "fixed"]
 
@@ -64,6 +65,11 @@ class Started:
     first_text: str
     prefill_ms: float
     speculative: bool  # False when a draft is absent or block_size == 1
+    first_part: Part = "answer"
+
+    @property
+    def first_answer_text(self) -> str:
+        return self.first_text if self.first_part == "answer" else ""
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,9 @@ class Cycle:
     # What this cycle costs in plain steps (a verify of one token), from the engine's measured
     # costs for this model and block; None when not measured. tau / this = the cycle's speedup.
     cost_in_plain_steps: float | None = None
+    # The part of each emitted / rejected token (engine.reasoning); empty: every token is answer
+    emitted_parts: tuple[Part, ...] = ()
+    rejected_parts: tuple[Part, ...] = ()
 
     @property
     def tau(self) -> int:
@@ -103,6 +112,13 @@ class Cycle:
     @property
     def rejected_text(self) -> str:
         return "".join(self.rejected_pieces)
+
+    def parts(self) -> tuple[Part, ...]:
+        return self.emitted_parts or ("answer",) * len(self.emitted)
+
+    @property
+    def answer_text(self) -> str:
+        return "".join(p for p, part in zip(self.emitted_pieces, self.parts()) if part == "answer")
 
     def origins(self) -> tuple[Origin, ...]:
         """Origin of each emitted token: accepted drafts, then the target's bonus token."""
@@ -122,6 +138,8 @@ class Finished:
     cycles: int
     per_position_acceptance: tuple[float, ...] = field(default=())  # P(slot j accepted | verified)
     context_full: bool = False  # reason "length" because the context window ran out (not max_new_tokens)
+    reasoning: str = ""  # a reasoning model's reasoning; ``text`` is then the answer alone
+    reasoning_tokens: int = 0  # of ``token_ids``, those in the reasoning (its markers included)
 
     @property
     def new_tokens(self) -> int:
@@ -154,6 +172,9 @@ def event_to_dict(event: Event) -> dict:
     data["type"] = type(event).__name__
     if isinstance(event, Cycle):
         data["tau"] = event.tau
+        for key in ("emitted_parts", "rejected_parts"):
+            if not data[key]:  # a reply with no reasoning: every token is answer, nothing to store
+                del data[key]
     if isinstance(event, Finished):
         data["mean_acceptance_length"] = event.mean_acceptance_length
         data["tokens_per_s"] = event.tokens_per_s

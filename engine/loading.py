@@ -3,6 +3,7 @@ check that they fit together, and pick device and dtype."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,11 +12,14 @@ from typing import Callable
 import torch
 
 from .catalog import download_note
+from .chat_formats import end_token_ids
 from .config import EngineConfig
 from .draft import DFlashDraftModel, draft_setting, load_draft
 from .errors import CheckpointError, IncompatibleDraftError, InvalidRequestError
 from .features import decoder_layers
 from .hub import HubProbe, fetch, parse_hub_ref
+from .quantization import (check_dequantizable, device_kernels, loading_config, plan_quantization,
+                           quantization_settings, quiet_transformers, widen_to)
 from .shipped import ASSETS_ENV, DEFAULT_PAIR, assets_dir, pair_dirs, pair_name  # noqa: F401 (re-exported)
 from .target_cache import check_rollback_config
 from .weights import check_weight_files, guard_logits, safetensors_files
@@ -116,10 +120,20 @@ def load_target(directory: Path, device: torch.device, dtype: torch.dtype):
     safetensors_files(directory, "target")
     check_weight_files(directory)
     check_rollback_config(directory)  # refuse before reading gigabytes of weights
+    config = read_json(directory / "config.json")
+    quantization = plan_quantization(config, device_kernels(device))  # refuses what cannot load here
+    options = target_load_options(device, dtype)
+    if quantization is not None:
+        settings = quantization_settings(config)
+        check_dequantizable(directory, settings, quantization)
+        options["quantization_config"] = loading_config(settings, quantization)
     try:
-        target, info = AutoModelForCausalLM.from_pretrained(directory, **target_load_options(device, dtype))
+        with quiet_transformers() if quantization is not None else contextlib.nullcontext():
+            target, info = AutoModelForCausalLM.from_pretrained(directory, **options)
     except Exception as exc:  # transformers and safetensors raise many types; all mean "cannot load"
         raise CheckpointError(f"cannot load target from {directory}: {type(exc).__name__}: {exc}") from exc
+    if quantization is not None and quantization.dequantized:
+        widen_to(target, dtype)
     missing = sorted(info.get("missing_keys") or [])
     if missing:  # transformers would fill them with random values and only warn
         raise CheckpointError(f"inconsistent weights in {directory}: {len(missing)} tensor(s) the config needs are "
@@ -133,6 +147,14 @@ def load_target(directory: Path, device: torch.device, dtype: torch.dtype):
     # the tokenizer's own limit would only add transformers' "sequence length is longer" warning.
     tokenizer.model_max_length = NO_TOKENIZER_LIMIT
     return target.eval(), tokenizer
+
+
+def stored_format(directory: Path, device: torch.device, dtype: torch.dtype) -> str:
+    """How the target in ``directory`` loads here when it is stored quantized, in words; ""
+    otherwise. A format that cannot load here is refused now, before anything is read."""
+    config_path = directory / "config.json"
+    plan = plan_quantization(read_json(config_path), device_kernels(device)) if config_path.is_file() else None
+    return plan.describe(dtype) if plan is not None else ""
 
 
 def target_load_options(device: torch.device, dtype: torch.dtype) -> dict:
@@ -177,6 +199,7 @@ def stop_tokens(target, tokenizer) -> list[int]:
         if value is None:
             continue
         ids.extend(value if isinstance(value, (list, tuple)) else [value])
+    ids.extend(end_token_ids(tokenizer))  # the chat format's own (harmony's <|call|>, Qwen's <|im_end|>)
     return sorted(set(int(i) for i in ids))
 
 
@@ -192,6 +215,7 @@ class LoadedModels:
     context_window: int = 2048
     target_path: str = ""
     draft_path: str = ""
+    quantization: str = ""  # how a quantized target was loaded ("MXFP4, dequantized to float32 at load"); "" if not
 
 
 def part_of(report: Callable[[float, str], None], start: float, end: float) -> Callable[[float, str], None]:
@@ -218,7 +242,9 @@ def load_models(config: EngineConfig, progress: Callable[[float, str], None] | N
     # the draft's files too before the target loads: a draft that cannot be had fails in seconds
     draft_dir = resolve(draft_source, "draft", part_of(report, 0.5, 0.6), probe) if (
         config.speculative and draft_source) else None
-    report(0.6, f"loading target {target_dir.name} on {device.type} ({str(dtype).removeprefix('torch.')})")
+    stored = stored_format(target_dir, device, dtype)
+    report(0.6, f"loading target {target_dir.name} on {device.type} ({str(dtype).removeprefix('torch.')}"
+                f"{'; ' + stored if stored else ''})")
     target, tokenizer = load_target(target_dir, device, dtype)
     draft = None
     draft_path = ""
@@ -233,7 +259,7 @@ def load_models(config: EngineConfig, progress: Callable[[float, str], None] | N
     report(1.0, "ready")
     window = getattr(target.config, "max_position_embeddings", None) or 2048
     return LoadedModels(target, tokenizer, draft, device, dtype, name, stop_tokens(target, tokenizer),
-                        int(window), str(target_dir), draft_path)
+                        int(window), str(target_dir), draft_path, stored)
 
 
 def describe(models: LoadedModels) -> dict:

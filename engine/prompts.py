@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .chat_formats import ChatOptions, chat_format
 from .config import MAX_BLOCK_SIZE, SamplingConfig
 from .errors import EmptyPromptError, InvalidRequestError, PromptTooLongError
 
@@ -14,9 +15,11 @@ def has_chat_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def encode_prompt(tokenizer, prompt: str | list[Message], raw: bool = False) -> list[int]:
+def encode_prompt(tokenizer, prompt: str | list[Message], raw: bool = False,
+                  chat: ChatOptions | None = None) -> list[int]:
     """Chat messages (or a single user prompt) through the chat template when there is one;
-    raw text otherwise or when ``raw``."""
+    raw text otherwise or when ``raw``. ``chat``: thinking on/off and the reasoning effort, as
+    the template takes them (``engine.chat_formats``; the family's defaults when None)."""
     has_template = has_chat_template(tokenizer)
     if isinstance(prompt, str) and (raw or not has_template):
         return list(tokenizer(prompt, add_special_tokens=not has_template)["input_ids"])
@@ -26,9 +29,9 @@ def encode_prompt(tokenizer, prompt: str | list[Message], raw: bool = False) -> 
         return list(tokenizer(text)["input_ids"])
     from jinja2 import TemplateError  # the chat template's own refusals ("roles must alternate")
 
+    options = (chat or ChatOptions()).template_kwargs(chat_format(tokenizer))
     try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                             enable_thinking=False)
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **options)
     except TemplateError as exc:
         raise InvalidRequestError(f"the messages do not fit this model's chat template: {exc}") from None
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])

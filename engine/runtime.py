@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import torch
 
+from .chat_formats import ChatFormat, ChatOptions, chat_format
 from .config import EngineConfig, FallbackConfig, SamplingConfig
 from .costs import CycleCosts, measure
 from .decode import generate
@@ -57,6 +58,10 @@ class LocalEngine:
     def capabilities(self) -> Capabilities:
         return LOCAL_CAPABILITIES
 
+    @property
+    def chat_format(self) -> ChatFormat:
+        return chat_format(self.tokenizer)
+
     def info(self) -> dict:
         return describe(self.models)
 
@@ -64,8 +69,8 @@ class LocalEngine:
         """Nothing to release: the models go with the object."""
 
     # ---------------------------------------------------------------- prompts
-    def encode(self, prompt: str | list[Message], raw: bool = False) -> list[int]:
-        return encode_prompt(self.tokenizer, prompt, raw)
+    def encode(self, prompt: str | list[Message], raw: bool = False, chat: ChatOptions | None = None) -> list[int]:
+        return encode_prompt(self.tokenizer, prompt, raw, chat)
 
     def decode(self, token_ids) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)

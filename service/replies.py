@@ -24,6 +24,7 @@ from engine.config import FallbackConfig, SamplingConfig
 from engine.errors import DFlashError
 from engine.events import Cycle, Failed, Finished, Started, event_to_dict
 from engine.interface import capabilities_of
+from engine.reasoning import chat_options, encode_chat, reasoning_events
 from engine.stops import with_stops
 
 from .host import EngineHost
@@ -202,9 +203,10 @@ def _start_events(engine, request: GenerationRequest, cancel: threading.Event, o
         out.put(Refused("stopped before generation started (your message is kept: Regenerate answers it)"))
     else:
         try:
-            ids = engine.encode(request.prompt, raw=request.raw)
+            ids = encode_chat(engine, request.prompt, request.raw, chat_options(request.settings))
             events = engine.generate(ids, request.sampling, request.fallback, cancel)  # checks the request now
-            return with_stops(events, request.stop, cancel) if request.stop else events
+            events = with_stops(events, request.stop, cancel) if request.stop else events
+            return reasoning_events(engine, ids, request.raw, events)  # the answer apart from any reasoning
         except (DFlashError, ValueError) as exc:
             out.put(Refused(str(exc)))
         except Exception as exc:  # noqa: BLE001 - shown to the user, not swallowed
@@ -227,11 +229,11 @@ def _open_writer(service: ReplyService, request: GenerationRequest, engine):
 def _record_event(writer, event, text: str) -> str:
     """Save one engine event on the reply; returns the reply's text so far."""
     if isinstance(event, Started):
-        text = event.first_text
+        text = event.first_answer_text  # the answer's text: any reasoning is stored apart
         writer.set_content(text)
         writer.flush()
     elif isinstance(event, Cycle):
-        text += event.emitted_text
+        text += event.answer_text
         writer.add_cycle(event_to_dict(event))
         writer.set_content(text)
         writer.maybe_flush()

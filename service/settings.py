@@ -1,11 +1,13 @@
-"""The six settings a reply is asked for with, as one value: the page builds it once from its
-controls and keeps it in one ``gr.State``; the service turns it into the engine's configs."""
+"""The settings a reply is asked for with, as one value: the page builds it from its controls and
+keeps it in one ``gr.State``; the service turns it into the engine's configs. Six are the same for
+every model; ``thinking`` (a reasoning model's thinking on or off, per session) has its own control
+that follows the model, and None leaves it to the model's chat format (``engine.reasoning``)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 from engine.config import FallbackConfig, SamplingConfig
 
@@ -22,11 +24,13 @@ class Settings:
     max_new_tokens: int
     fallback: bool  # dynamic fallback (engine.fallback)
     show_rejected: bool  # rejected drafts drawn in the token view: the page's, kept with the session
+    thinking: bool | None = None  # the session's choice; None: the model's default (never a saved default)
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
-        """The settings' names, in the controls' order (the page's component names too)."""
-        return tuple(f.name for f in fields(cls))
+        """The six controls' names, in their order (the page's component names too); ``thinking``
+        is not among them: it is set apart (``with_thinking``), as its control depends on the model."""
+        return tuple(f.name for f in fields(cls) if f.name != "thinking")
 
     @classmethod
     def from_controls(cls, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> "Settings":
@@ -50,11 +54,22 @@ class Settings:
     @classmethod
     def from_mapping(cls, values: Mapping) -> "Settings":
         """The settings a stored dict holds (a session's, the saved defaults); ``KeyError`` when
-        one is missing, ``InvalidSettings`` when one is not a number."""
-        return cls.from_controls(*(values[key] for key in cls.keys()))
+        one of the six is missing, ``InvalidSettings`` when one is not a number. A stored
+        ``thinking`` that is not a bool (an edited export) counts as not chosen."""
+        thinking = values.get("thinking")
+        return cls.from_controls(*(values[key] for key in cls.keys())).with_thinking(
+            thinking if isinstance(thinking, bool) else None)
+
+    def with_thinking(self, thinking) -> "Settings":
+        """The same settings with the session's thinking choice (None: the model's default)."""
+        return replace(self, thinking=None if thinking is None else bool(thinking))
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """As stored: ``thinking`` only when the session chose it."""
+        values = asdict(self)
+        if self.thinking is None:
+            del values["thinking"]
+        return values
 
     def sampling(self, max_block_size: int) -> SamplingConfig:
         """The engine's sampling config, checked (``DFlashError`` names what is out of range)."""

@@ -15,11 +15,11 @@ ROLES = ("user", "assistant", "system")
 STATUSES = ("streaming", "complete", "interrupted", "error")
 KINDS_HINT = ("chat", "complete")  # free text in the schema; these are the ones the app uses
 
-MESSAGE_TEXT_FIELDS = ("content", "kind", "model")  # never NULL
+MESSAGE_TEXT_FIELDS = ("content", "kind", "model", "reasoning")  # never NULL
 MESSAGE_OPTIONAL_TEXT_FIELDS = ("error", "finish_reason")
-MESSAGE_INT_FIELDS = ("prompt_tokens", "new_tokens")
+MESSAGE_INT_FIELDS = ("prompt_tokens", "new_tokens", "reasoning_tokens")
 MESSAGE_REAL_FIELDS = ("tokens_per_s", "mean_tau", "prefill_ms", "decode_ms", "total_ms")
-MESSAGE_STAT_FIELDS = MESSAGE_INT_FIELDS + MESSAGE_REAL_FIELDS + ("finish_reason",)
+MESSAGE_STAT_FIELDS = MESSAGE_INT_FIELDS + MESSAGE_REAL_FIELDS + ("finish_reason", "reasoning")
 MESSAGE_EDITABLE_FIELDS = (
     ("status", "settings") + MESSAGE_TEXT_FIELDS + MESSAGE_OPTIONAL_TEXT_FIELDS
     + MESSAGE_INT_FIELDS + MESSAGE_REAL_FIELDS

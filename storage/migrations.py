@@ -122,11 +122,29 @@ def m004_comparisons(db: sqlite_utils.Database) -> None:
     )
 
 
+def m005_message_reasoning(db: sqlite_utils.Database) -> None:
+    """A reasoning model's reasoning, kept apart from the reply's content (the answer), and how many
+    of the reply's tokens it took."""
+    db.execute("ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT ''")
+    db.execute("ALTER TABLE messages ADD COLUMN reasoning_tokens INTEGER")
+
+
+def m006_search_index(db: sqlite_utils.Database) -> None:
+    """Full-text search over session titles and message text: SQLite FTS5 indexes made by
+    sqlite-utils' ``enable_fts``, which fills them from what is already stored (a database from an
+    older version gets its index here) and adds triggers that keep them current on every insert,
+    update and delete (a cascade from a deleted session included)."""
+    db["sessions"].enable_fts(["title"], create_triggers=True)
+    db["messages"].enable_fts(["content"], create_triggers=True)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     ("m001_sessions_messages_cycles", m001_sessions_messages_cycles),
     ("m002_listing_and_recovery_indexes", m002_listing_and_recovery_indexes),
     ("m003_preferences", m003_preferences),
     ("m004_comparisons", m004_comparisons),
+    ("m005_message_reasoning", m005_message_reasoning),
+    ("m006_search_index", m006_search_index),
 )
 
 

@@ -23,6 +23,13 @@ def stored_model(row: Mapping[str, Any] | None) -> str:
     return str((row.get("settings") or {}).get("model") or row.get("model") or "")
 
 
+def number_replies(messages) -> dict[int, int]:
+    """Message id -> the reply's number in its session: 1, 2, … over the assistant's messages in
+    order. What every view calls a reply ("reply 2"), whatever the user messages between them."""
+    replies = [m for m in messages if m["role"] == "assistant"]
+    return {m["id"]: number for number, m in enumerate(replies, 1)}
+
+
 class _ReadOnlyMapping(Mapping):
     """Mapping access to a dataclass's fields (equal to a dict with the same items)."""
 
@@ -89,3 +96,15 @@ class Message(_Stored):
     decode_ms: float | None
     total_ms: float | None
     finish_reason: str | None
+    reasoning: str = ""  # a reasoning model's reasoning; ``content`` is the answer alone
+    reasoning_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class SessionMatch:
+    """A session a search found: where its best match is (``field``: title | message) and that
+    match in context (``snippet``), the matched words between the marks the search was given."""
+
+    session: Session
+    field: str
+    snippet: str

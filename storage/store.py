@@ -47,7 +47,7 @@ from .fields import (
     settings_to_json,
 )
 from .migrations import MIGRATIONS, Migration, applied_migrations, apply_migrations
-from .records import Message, Session
+from .records import Message, Session, SessionMatch
 from .transfer import EXPORT_FORMAT, EXPORT_VERSION, MESSAGE_KEYS, check_document
 from .writer import ReplyWriter
 
@@ -126,9 +126,17 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
-def _like_pattern(query: str) -> str:
-    escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
+SNIPPET_TOKENS = 12  # words of a matching message shown around its match
+
+
+def fts_query(text: str) -> str | None:
+    """The user's words as an FTS5 query: every word must match, each as the start of a word
+    ("fib" finds "fibonacci"; "count_vowels" the words count and vowels in a row), quoted so that no
+    character is FTS5 syntax. None when no word has a letter or digit to search for."""
+    words = [word for word in text.split() if any(ch.isalnum() for ch in word)]
+    if not words:
+        return None
+    return " ".join('"' + word.replace('"', '""') + '"*' for word in words)
 
 
 class SessionStore:
@@ -278,6 +286,22 @@ class SessionStore:
         )
         return [self._session_from_row(row) for row in rows]
 
+    def reply_models(self, session_ids: list[int]) -> dict[int, list[str]]:
+        """Session id -> the models its replies came from, in the order each first answered (a
+        session's own model is only the last one used: the rolling API session holds replies of
+        every model an editor asked)."""
+        if not session_ids:
+            return {}
+        marks = ", ".join("?" for _ in session_ids)
+        rows = self._query(
+            "SELECT session_id, coalesce(nullif(json_extract(settings, '$.model'), ''), model) AS name FROM messages "
+            f"WHERE role = 'assistant' AND session_id IN ({marks}) ORDER BY session_id, seq", list(session_ids))
+        models: dict[int, list[str]] = {session_id: [] for session_id in session_ids}
+        for row in rows:
+            if row["name"] and row["name"] not in models[row["session_id"]]:
+                models[row["session_id"]].append(row["name"])
+        return models
+
     def count_sessions(self) -> int:
         """How many sessions there are."""
         return self._scalar("SELECT count(*) FROM sessions")
@@ -298,17 +322,39 @@ class SessionStore:
                            [name, settings_to_json(value), self._now()])
 
     def search_sessions(self, query: str, limit: int | None = 200) -> list[Session]:
-        """Sessions whose title or any message contains ``query`` (case-insensitive for ASCII)."""
+        """Sessions whose title or messages hold every word of ``query`` (see ``search``), best
+        match first; all sessions for a blank query."""
         if not query.strip():
             return self.list_sessions(limit)
-        pattern = _like_pattern(query.strip())
+        return [match.session for match in self.search(query, limit)]
+
+    def search(self, query: str, limit: int | None = 200, marks: tuple[str, str] = ("[", "]")) -> list[SessionMatch]:
+        """Full-text search (the FTS5 indexes of migration m005): sessions whose title or one of
+        whose messages holds every word of ``query`` as the start of a word, case-insensitively,
+        ranked by BM25 (a session by its best match, title or message), each with its match
+        highlighted between ``marks``: the title when it matches (a session named for the words),
+        else its best matching message."""
+        match = fts_query(query)
+        if match is None:
+            return []
         rows = self._query(
-            f"{self._SESSION_SELECT} WHERE s.title LIKE :pattern ESCAPE '\\' OR EXISTS ("
-            "SELECT 1 FROM messages m WHERE m.session_id = s.id AND m.content LIKE :pattern ESCAPE '\\') "
-            "ORDER BY s.updated_at DESC, s.id DESC LIMIT :limit",
-            {"pattern": pattern, "limit": -1 if limit is None else limit},
+            "WITH hits AS ("
+            " SELECT sessions_fts.rowid AS session_id, bm25(sessions_fts) AS rank, 'title' AS field,"
+            "  highlight(sessions_fts, 0, :open, :close) AS snippet"
+            " FROM sessions_fts WHERE sessions_fts MATCH :match"
+            " UNION ALL"
+            " SELECT m.session_id, bm25(messages_fts), 'message',"
+            "  snippet(messages_fts, 0, :open, :close, '…', :tokens)"
+            " FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid WHERE messages_fts MATCH :match),"
+            " best AS (SELECT *, min(rank) OVER (PARTITION BY session_id) AS session_rank,"
+            "  row_number() OVER (PARTITION BY session_id ORDER BY field = 'title' DESC, rank) AS n FROM hits)"
+            f" SELECT x.*, best.field AS match_field, best.snippet AS match_snippet FROM ({self._SESSION_SELECT}) x"
+            " JOIN best ON best.session_id = x.id AND best.n = 1"
+            " ORDER BY best.session_rank, x.updated_at DESC, x.id DESC LIMIT :limit",
+            {"match": match, "open": marks[0], "close": marks[1], "tokens": SNIPPET_TOKENS,
+             "limit": -1 if limit is None else limit},
         )
-        return [self._session_from_row(row) for row in rows]
+        return [SessionMatch(self._session_from_row(row), row["match_field"], row["match_snippet"]) for row in rows]
 
     @_looks_up("session")
     def get_session(self, session_id: int) -> Session:

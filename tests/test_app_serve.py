@@ -167,3 +167,32 @@ def test_desktop_opens_chromium_in_app_mode_when_there_is_no_webview(monkeypatch
     monkeypatch.setattr(serve.subprocess, "run", lambda command, check: calls.append(command) or SimpleNamespace(returncode=0))
     serve.open_window("http://127.0.0.1:7860/")
     assert calls and calls[0][0] == "/usr/bin/chromium" and "--app=http://127.0.0.1:7860/" in calls[0]
+
+
+def test_the_top_level_help_names_port_and_says_a_busy_7860_is_left(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "--port" in out and "7860" in out and "busy" in out and "next free port" in out
+
+
+def test_without_port_the_app_moves_off_a_busy_7860(monkeypatch):
+    """What the help and the README promise: no --port and 7860 taken, the app listens on the next free one."""
+    import socket
+
+    from tests.fake_engine import fake_studio
+
+    monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
+    with socket.socket() as taken:
+        try:
+            taken.bind(("127.0.0.1", 7860))
+            taken.listen()
+        except OSError:
+            pass  # something else holds 7860 already: the same case
+        studio = fake_studio()
+        try:
+            studio.demo.launch(**studio.launch_kwargs(prevent_thread_lock=True, quiet=True, inbrowser=False))
+            port = int(studio.demo.local_url.rstrip("/").rsplit(":", 1)[1])
+            assert 7860 < port < 7960
+        finally:
+            studio.close()

@@ -28,11 +28,11 @@ def test_prompts_messages_and_kinds(tmp_path):
                  {"prompt": "x = 1\n", "raw": True})
     add, request, conversation, raw = read_prompts(path)
     assert (add.name, add.raw, add.label) == ("add", True, "def add(a, b):\n")
-    assert (request.name, request.raw) == ("2", False)
+    assert (request.name, request.raw) == ("Write a function that…", False)  # no name: its first words
     assert conversation.name == "conv" and not conversation.raw
     assert [m["role"] for m in conversation.prompt] == ["user", "assistant", "user"]
     assert conversation.label == "In place?"
-    assert raw.raw
+    assert raw.raw and raw.name == "x = 1"
 
 
 def test_heal_leaves_the_line_break_after_a_block_opener_to_the_model_as_the_complete_tab_does(tmp_path):

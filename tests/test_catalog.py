@@ -50,10 +50,13 @@ def test_a_pinned_revision_in_the_catalog_is_kept():
     assert [ref.revision for ref in pinned.refs] == [COMMIT, COMMIT]
 
 
-def test_download_notes_name_what_one_checkpoint_takes():
-    assert download_note("Qwen/Qwen3-8B") == "about 16.4 GB"
-    assert download_note("Qwen/Qwen3-8B@main") == "about 16.4 GB"
-    assert download_note("XiaomiMiMo/MiMo-V2.5-DFlash/dflash") == "about 2.0 GB"
+def test_download_notes_give_the_figure_the_menu_gives():
+    """The warning when a checkpoint is missing and the menu's line name one size: the pair's."""
+    for pair in PUBLISHED_PAIRS:
+        menu = availability(pair, OFFLINE)  # "needs a download of 18.4 GB; no network"
+        size = menu.removeprefix("needs a download of ").split(";")[0]
+        assert download_note(pair.target) == download_note(pair.draft) == f"about {size} for the pair", pair.name
+    assert download_note("Qwen/Qwen3-8B@main") == download_note("Qwen/Qwen3-8B")
     assert download_note("someone/unknown-model") == ""
     assert download_note("assets/models/tiny-coder") == ""
 
@@ -98,7 +101,7 @@ def test_picking_a_pair_that_needs_a_download_without_network_fails_at_once_and_
     choices = available_models(AppConfig())
     host = EngineHost(choices, engine_loader(EngineConfig(device="cpu")))
     start = time.monotonic()
-    with pytest.raises(CheckpointError, match=r"needs a download \(about 16\.4 GB\); no network"):
+    with pytest.raises(CheckpointError, match=r"needs a download \(about 18\.4 GB for the pair\); no network"):
         host.switch("Qwen3-8B + z-lab DFlash b16").result(timeout=60)
     assert time.monotonic() - start < 5
     status = host.status()

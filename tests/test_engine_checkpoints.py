@@ -180,6 +180,20 @@ def test_cli_bench_json(pair, tmp_path, capsys):
         <= max(v["mean_acceptance_length"] for v in kinds.values())
 
 
+def test_cli_bench_labels_custom_prompts_by_their_words_and_explains_its_columns(pair, tmp_path, capsys):
+    target_dir, draft_dir, *_ = pair
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "def add(a, b):", "kind": "complete"}\n'
+                       '{"name": "stack", "prompt": "class Stack:", "kind": "complete"}\n')
+    assert main(["bench", "--target", str(target_dir), "--draft", str(draft_dir), "--prompts", str(prompts),
+                 "--max-new-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    for column in ("hf", "block1", "dflash"):  # each column is said once, before the first line
+        assert any(line.split()[:1] == [column] for line in out.splitlines()), column
+    progress = [line for line in out.splitlines() if line.startswith("[")]
+    assert progress[0].startswith("[1/2] def add(a, b):") and progress[1].startswith("[2/2] stack")
+
+
 def test_bench_repeat_runs_every_path_n_times_and_keeps_the_fastest(pair, monkeypatch):
     from engine import bench as bench_module
     from engine.bench import BenchPrompt, Run, bench, fastest

@@ -1,6 +1,6 @@
 """An independent, naive rendering of the DFlash algorithm (no caches at all: every step
 recomputes the whole sequence, features come from transformers' ``output_hidden_states``),
-written from the brief's pseudo-code. The engine must reproduce its token ids AND its
+written straight from the algorithm (docs/engine.md). The engine must reproduce its token ids AND its
 per-cycle acceptance lengths (random drafts here; the trained embedded pair, with real
 acceptance, in test_embedded_model.py)."""
 

@@ -37,7 +37,10 @@ def test_the_tiny_check_prints_one_json_line_with_sane_figures():
     assert result["device"] == "cpu" and result["dtype"] == "float32" and result["weights"] == "random"
     assert list(result["verify_ms"]) == SIZES and all(ms > 0 for ms in result["verify_ms"].values())
     assert list(result["draft_ms"]) == SIZES[1:] and all(ms > 0 for ms in result["draft_ms"].values())
-    assert result["cycle_in_plain_steps"]["1"] == 1.0
+    # a cycle's cost in plain steps is its draft pass plus its verify, over one plain verify
+    verify, draft, steps = result["verify_ms"], result["draft_ms"], result["cycle_in_plain_steps"]
+    for size in SIZES:
+        assert steps[size] == pytest.approx((verify[size] + draft.get(size, 0.0)) / verify["1"], abs=1e-3), size
     assert result["prompts"] == result["prompts_asked"] == 6
     # fp32: DFlash is lossless, every greedy reply equals plain decoding's
     assert result["identical"] == 6 and result["identical_share"] == 1.0
@@ -47,14 +50,20 @@ def test_the_tiny_check_prints_one_json_line_with_sane_figures():
     assert 0 < result["seconds"] < 120
 
 
-def test_the_full_shape_is_qwen3_8b_and_z_labs_b16_draft():
-    check = load_check()
-    shape = check.QWEN3_8B
+def test_the_full_shape_is_the_published_qwen3_8b_draft_config():
+    """The full check's shape against the published config of Qwen3-8B's DFlash draft (stored in
+    tests/data, source in tests/data/SOURCES.md), and its feature layers against the rule the
+    engine spreads them by."""
+    from engine.draft import default_target_layer_ids
+
+    config = json.loads((ROOT / "tests" / "data" / "qwen3-8b-dflash-config.json").read_text())
+    shape = load_check().QWEN3_8B
     assert (shape.vocab, shape.hidden, shape.intermediate, shape.layers, shape.heads, shape.kv_heads,
-            shape.head_dim) == (151936, 4096, 12288, 36, 32, 8, 128)
-    assert (shape.draft_layers, shape.draft_layer_ids, shape.block_size) == (5, (1, 9, 17, 25, 33), 16)
-    config = check.parse_args(["--tiny", "--prompts", "3"])
-    assert (config.device, config.dtype, config.prompts) == ("cpu", "float32", 3)
+            shape.head_dim) == (config["vocab_size"], config["hidden_size"], config["intermediate_size"],
+                                config["num_target_layers"], config["num_attention_heads"],
+                                config["num_key_value_heads"], config["head_dim"])
+    assert (shape.draft_layers, shape.block_size) == (config["num_hidden_layers"], config["block_size"])
+    assert list(shape.draft_layer_ids) == default_target_layer_ids(shape.layers, shape.draft_layers)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the full check runs")

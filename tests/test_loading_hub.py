@@ -131,7 +131,7 @@ def test_an_uncached_checkpoint_without_network_is_refused_at_once_with_its_size
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     offline = HubProbe(connect=lambda address, timeout: False)
     start = time.monotonic()
-    with pytest.raises(CheckpointError, match=r"needs a download \(about 16\.4 GB\); no network"):
+    with pytest.raises(CheckpointError, match=r"needs a download \(about 18\.4 GB for the pair\); no network"):
         loading.resolve("Qwen/Qwen3-8B", "target", probe=offline)
     assert time.monotonic() - start < 2.0
 

@@ -298,3 +298,25 @@ def test_loopback_only_ssr_off_even_when_the_environment_says_otherwise(tmp_path
         assert listening_ports(os.getpid()) - before == {("127.0.0.1", port)}
     finally:
         studio.close()
+
+
+def test_the_login_cookie_is_read_as_gradio_reads_it():
+    """Cookies and headers come through Starlette's parsers (Gradio's own login check reads them
+    the same way): a token among other cookies, with the spacing and quoting browsers send, logs in."""
+    from types import SimpleNamespace
+
+    from app.netguard import logged_in, refusal
+
+    app = SimpleNamespace(tokens={"tok-1": "me"}, cookie_id="abc")
+
+    def scope(cookie: str, **extra) -> dict:
+        headers = [(b"host", b"127.0.0.1:7860"), (b"cookie", cookie.encode())]  # ASGI: lower-case names
+        return {"type": "http", "method": "GET", "path": "/gradio_api/info", "app": app, "headers": headers, **extra}
+
+    assert logged_in(scope('theme=dark;access-token-abc=tok-1 ; other="a b"'))
+    assert logged_in(scope("access-token-unsecure-abc=tok-1"))
+    assert not logged_in(scope("access-token-abc=tok-2; access-token-xyz=tok-1"))  # unknown token, another app's cookie
+    assert not logged_in(scope("access-token-abc"))
+    config = GuardConfig(login_required=True)
+    assert refusal(scope("access-token-abc=tok-1"), config, allowed_names(config)) is None
+    assert refusal(scope("nothing=1"), config, allowed_names(config))[0] == 401

@@ -4,6 +4,7 @@ command on a shipped pair."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
@@ -12,9 +13,12 @@ import pytest
 
 from app.cli import main as cli
 from engine.training import draft_prompts, request_data
-from engine.training.pass1 import (PASS1_FILE, PairReplies, SandboxLimits, Pass1Task, chats, check_reply,
-                                   cut_after_first_definition, pick_function, read_tasks, reply_code, run_tests,
-                                   score_pair)
+from app.cmd_train import format_pass1_pair, pass1_set_names
+from engine.errors import InvalidRequestError
+from engine.events import Finished
+from engine.training.pass1 import (EDITS_FILE, PASS1_B_FILE, PASS1_FILE, PairReplies, SandboxLimits, Pass1Task, chats,
+                                   check_reply, cut_after_first_definition, pair_replies, pick_function, read_tasks,
+                                   reply_code, run_tests, score_pair, standalone)
 from engine.training.task_families import all_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,6 +149,159 @@ def test_score_pair_counts_alone_and_follow_ups_strict_and_lenient(tasks):
     assert trained["n"] + other["n"] == n and trained["n"] > 0 and other["n"] > 0
 
 
+# ---------------------------------------------------------------- the second set and the edit chats
+
+SECOND = ROOT / "assets" / "prompts" / PASS1_B_FILE
+EDITS = ROOT / "assets" / "prompts" / EDITS_FILE
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().strip().rstrip(".?!").split())
+
+
+def test_the_second_set_is_52_new_one_line_requests(tasks):
+    second = read_tasks(SECOND)
+    assert len(second) == 52 and len({t.name for t in second}) == 52
+    assert all(t.name.startswith("p2_") and not t.edit and t.chat is None for t in second)
+    for task in second:
+        assert task.entry_point.isidentifier() and 2 <= len(task.tests) <= 6, task.name
+        assert all("candidate(" in test for test in task.tests), task.name
+        assert "\n" not in task.prompt and "def " not in task.prompt, task.name
+    assert not {_norm(t.prompt) for t in second} & {_norm(t.prompt) for t in tasks}  # written apart
+    assert not {t.entry_point for t in second} & {t.entry_point for t in tasks}  # other tasks, not rewordings
+
+
+@pytest.mark.parametrize("set_file", [PASS1_B_FILE, EDITS_FILE])
+def test_no_new_request_is_a_training_request(set_file):
+    """Held out like the first set: no request of the new sets is a phrasing the request target trained on."""
+    phrasings = {_norm(request_data.phrase(t.request, template)) for t in all_tasks()
+                 for template in request_data.PHRASINGS + request_data.CLASS_PHRASINGS}
+    assert not [t.name for t in read_tasks(ROOT / "assets" / "prompts" / set_file) if _norm(t.prompt) in phrasings]
+
+
+def test_the_edit_chats_edit_the_function_of_the_turn_before():
+    edits = read_tasks(EDITS)
+    conversations = chats(edits)
+    assert len(conversations) == 20 and all(2 <= len(chat) <= 3 for chat in conversations)
+    assert sum(len(chat) for chat in conversations) == len(edits)  # every row belongs to a chat
+    for chat in conversations:
+        assert not chat[0].edit and all(task.edit for task in chat[1:]), chat[0].chat
+        for before, after in zip(chat, chat[1:]):
+            # the name changes only where the request gives the new one ("call it X instead")
+            assert after.entry_point == before.entry_point or after.entry_point in after.prompt, after.name
+        for task in chat:
+            assert "\n" not in task.prompt and "def " not in task.prompt and len(task.tests) >= 2, task.name
+    assert any(t.entry_point != chat[0].entry_point for chat in conversations for t in chat)  # renames
+
+
+@pytest.mark.parametrize("set_file", [PASS1_B_FILE, EDITS_FILE])
+def test_every_new_reference_solution_passes_its_own_tests_and_a_do_nothing_reply_fails(set_file):
+    for task in read_tasks(ROOT / "assets" / "prompts" / set_file):
+        run = run_tests(task.solution, task.entry_point, task.tests)
+        assert run.passed, (task.name, run.outcome)
+        wrong = run_tests(f"def {task.entry_point}(*args, **kwargs):\n    return None\n", task.entry_point, task.tests)
+        assert not wrong.passed and ("AssertionError" in wrong.outcome or "TypeError" in wrong.outcome), task.name
+
+
+def test_an_edit_fails_the_function_as_it_was_before_the_edit():
+    """Each edit's tests check the new behaviour: the previous turn's solution fails them (a
+    rename alone passes leniently, where the only function is taken whatever its name)."""
+    for chat in chats(read_tasks(EDITS)):
+        for before, after in zip(chat, chat[1:]):
+            old = Pass1Task(after.name, after.prompt, after.entry_point, after.tests)
+            assert not check_reply(old, before.solution, lenient=False).passed, after.name
+            if after.entry_point == before.entry_point:
+                assert not check_reply(old, before.solution, lenient=True).passed, after.name
+
+
+def test_an_edit_row_must_follow_a_turn_of_its_chat(tmp_path):
+    row = {"name": "e", "prompt": "Now make it ignore case.", "entry_point": "f", "tests": ["assert candidate(1)"]}
+    other = {**row, "name": "o", "prompt": "Write a function f."}
+    path = tmp_path / "set.jsonl"
+    for rows in ([{**row, "edit": True}], [other, {**row, "edit": True}], [{**row, "edit": True, "chat": "c1"}],
+                 [{**other, "chat": "c2"}, {**row, "edit": True, "chat": "c1"}]):
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        with pytest.raises(InvalidRequestError, match="edits the previous turn"):
+            read_tasks(path)
+    path.write_text("".join(json.dumps(r) + "\n" for r in [{**other, "chat": "c1"}, {**row, "edit": True, "chat": "c1"}]))
+    assert [t.edit for t in read_tasks(path)] == [False, True]
+
+
+class ScriptedEngine:
+    """Stands in for a pair: answers each request with the reply ``answer`` gives for its
+    conversation, and records every conversation it was asked to answer."""
+
+    def __init__(self, answer):
+        self.answer, self.asked = answer, []
+
+    def encode(self, messages):
+        self.asked.append(list(messages))
+        return [len(self.asked) - 1]
+
+    def generate(self, ids, sampling, _stop, slot_details=False, speculative=True):
+        text = self.answer(self.asked[ids[0]])
+        yield Finished("stop", (1, 2, 3), text, (2,), 3, 0.0, 0.0, 0.0, 1)
+
+
+def test_edits_are_asked_and_judged_only_in_their_chat_and_an_ignored_edit_fails():
+    edits = read_tasks(EDITS)
+    by_prompt = {task.prompt: task for task in edits}
+    right = ScriptedEngine(lambda messages: by_prompt[messages[-1]["content"]].solution)
+    replies = pair_replies(right, edits, log=lambda _line: None)
+    alone_asked = {m[0]["content"] for m in right.asked if len(m) == 1}
+    assert alone_asked == {t.prompt for t in edits if not t.edit}  # no edit is ever sent as a new chat
+    for messages in right.asked:
+        if by_prompt[messages[-1]["content"]].edit:  # an edit comes after the turns of its chat, replies included
+            assert len(messages) >= 3 and [m["role"] for m in messages[-3:]] == ["user", "assistant", "user"]
+    report = score_pair(edits, replies, log=lambda _line: None)
+    by_name = {task.name: task for task in edits}
+    assert all(by_name[r["name"]].edit == (r["turn"] > 1) for r in report["replies"])  # edits judged in turn 2+ only
+    n_edits = sum(t.edit for t in edits)
+    assert report["edit_followups"] and report["alone"]["n"] == len(edits) - n_edits
+    assert report["followups"]["strict"] == report["followups"]["n"] == n_edits  # the sandbox ran every solution
+    assert report["whole_chats"]["strict"] == report["whole_chats"]["n"] == 20
+
+    def ignores_the_edit(messages):  # answers every turn with the chat's first solution
+        return by_prompt[messages[0]["content"]].solution
+
+    report = score_pair(edits, pair_replies(ScriptedEngine(ignores_the_edit), edits, log=lambda _line: None),
+                        log=lambda _line: None)
+    assert report["followups"]["strict"] == 0 and report["whole_chats"]["lenient"] == 0
+    assert report["alone"]["strict"] == len(edits) - n_edits
+
+
+def test_pass1_sets_option_chooses_the_shipped_sets_and_refuses_unknown_names(capsys):
+    from app.cmd_train import pass1_sets
+
+    chosen = pass1_sets(argparse.Namespace(prompts=None, pass1_sets=None))
+    assert [path.name for _name, path in chosen] == [PASS1_FILE, PASS1_B_FILE, EDITS_FILE]
+    assert all(path.is_file() for _name, path in chosen)
+    only = pass1_sets(argparse.Namespace(prompts=None, pass1_sets=pass1_set_names("edits, requests_b")))
+    assert [path.name for _name, path in only] == [EDITS_FILE, PASS1_B_FILE]
+    with pytest.raises(SystemExit):
+        cli(["train", "eval", "--pass1", "--pass1-sets", "requests,nonsense"])
+    assert "nonsense" in capsys.readouterr().err
+
+
+def test_the_printed_summary_gives_strict_before_lenient_for_every_set(tasks):
+    requests, edits = tasks[:6], [t for t in read_tasks(EDITS) if t.chat in {"e01", "e02", "e03"}]
+    reports = []
+    for name, set_tasks in (("requests", requests), ("edits", edits)):
+        replies = PairReplies(alone={t.name: (t.solution, 9) for t in standalone(set_tasks)},
+                              followups=[[(t.name, "def nothing(:\n", 4) for t in chat[1:]] for chat in chats(set_tasks)])
+        reports.append({"pair": "p", "set": name, "prompts": name, "block_size": 8, "max_new_tokens": 9,
+                        "generation_seconds": 1.0, **score_pair(set_tasks, replies, log=lambda _line: None)})
+    text = format_pass1_pair(reports)
+    figures = [line for line in text.splitlines() if "strict" in line and "lenient" in line]
+    assert len(figures) >= 6 and all(line.index("strict") < line.index("lenient") for line in figures)
+    # every request alone passed (its own solution), no follow-up or edit did (none parses)
+    n_alone, n_follow = len(standalone(requests)), len(requests) - len(chats(requests))
+    n_open, n_edits = len(standalone(edits)), sum(t.edit for t in edits)
+    headline = text.splitlines()[0]
+    assert f"requests: alone {n_alone}/{n_alone} / {n_alone}/{n_alone}, follow-ups 0/{n_follow} / 0/{n_follow}" in headline
+    assert f"edits: alone {n_open}/{n_open} / {n_open}/{n_open}, edits 0/{n_edits} / 0/{n_edits}" in headline
+
+
 @pytest.mark.skipif(not (REQUEST_PAIR / "draft").is_dir(), reason="the request pair is not shipped here")
 def test_train_eval_pass1_on_the_request_pair(tmp_path, tasks, capsys):
     """The command end to end on two requests of one chat (a real pair, short replies): the
@@ -161,5 +318,10 @@ def test_train_eval_pass1_on_the_request_pair(tmp_path, tasks, capsys):
     assert summary["identical"] == "3/3"  # two requests alone and one follow-up
     report = json.loads(out.read_text())[0]
     alone = [r for r in report["replies"] if r["turn"] == 1]
-    assert summary["alone"]["lenient"] == sum(r["lenient"] == "passed" for r in alone)
+    # each stored reply run again through the sandbox here: the report's verdicts and its tally agree with it
+    by_name = {task.name: task for task in tasks}
+    for mode in ("strict", "lenient"):
+        runs = [check_reply(by_name[r["name"]], r["reply"], lenient=mode == "lenient") for r in alone]
+        assert [r[mode] for r in alone] == [run.outcome for run in runs]
+        assert summary["alone"][mode] == sum(run.passed for run in runs)
     assert summary["followups"]["n"] == 1 and report["replies"][-1]["turn"] == 2

@@ -19,7 +19,18 @@ HELDOUT = Path(__file__).resolve().parents[1] / "assets" / "prompts" / "heldout_
 
 @pytest.fixture(scope="module")
 def tasks():
-    return all_tasks()
+    """Every training task: the families, the written tasks and the extra tasks of the data files."""
+    from engine.training.task_data import extra_tasks
+
+    return all_tasks() + extra_tasks()
+
+
+@pytest.fixture(scope="module")
+def training_requests(tasks):
+    """Every request wording trained on, the paraphrases included, lower case, no final period."""
+    from engine.training.task_data import paraphrases
+
+    return {r.lower().rstrip(".") for t in tasks for r in [t.request] + paraphrases().get(t.request, [])}
 
 
 def heldout_rows():
@@ -34,13 +45,12 @@ def test_every_task_solution_parses_defines_one_thing_and_is_on_topic(tasks):
         assert code_metrics.on_topic(task.request, task.code), task.request  # names carry the request's words
 
 
-def test_no_heldout_family_is_trained_on(tasks):
+def test_no_heldout_family_is_trained_on(tasks, training_requests):
     """Every held-out request has a key word that names no training task (its family is new, so
     the held-out scores measure generalisation, not recall), no held-out prompt is a training
     request, and no held-out code prefix continues a function trained on."""
     train_names = {w for t in tasks for d in code_metrics.definitions(ast.parse(t.code))
                    for w in code_metrics.split_identifier(d.name)}
-    requests = {t.request.lower() for t in tasks}
     rows = heldout_rows()
     assert sum(r["kind"] == "chat" for r in rows) >= 30 and sum(r["kind"] == "complete" for r in rows) >= 12
     for row in rows:
@@ -48,7 +58,7 @@ def test_no_heldout_family_is_trained_on(tasks):
             novel = [k for k in code_metrics.request_keywords(row["prompt"])
                      if not any(code_metrics.same_word(k, w) for w in train_names)]
             assert novel, row["name"]
-            assert row["prompt"].lower().rstrip(".") not in requests
+            assert row["prompt"].lower().rstrip(".") not in training_requests
         else:
             params = code_metrics.function_parameters(row["prompt"])
             assert params, row["name"]
@@ -56,17 +66,16 @@ def test_no_heldout_family_is_trained_on(tasks):
             assert defined not in train_names
 
 
-def test_no_fresh_prompt_is_a_training_request(tasks):
+def test_no_fresh_prompt_is_a_training_request(tasks, training_requests):
     """assets/prompts/fresh_requests.jsonl (written after the copy-curriculum data was built, to judge the pair as a new user would): none of its requests is a task-family
     request and none of its prefixes continues a task solution. Unlike the held-out set its
     words may name training code: it measures the common requests, not generalisation."""
     rows = [json.loads(line) for line in (HELDOUT.parent / "fresh_requests.jsonl").read_text().splitlines() if line.strip()]
-    requests = {t.request.lower().rstrip(".") for t in tasks}
     solutions = "\n".join(t.code for t in tasks)
     assert sum(r["kind"] == "chat" for r in rows) >= 20 and sum(r["kind"] == "complete" for r in rows) >= 5
     for row in rows:
         if row["kind"] == "chat":
-            assert row["prompt"].lower().rstrip(".") not in requests, row["name"]
+            assert row["prompt"].lower().rstrip(".") not in training_requests, row["name"]
         else:
             assert row["prompt"].split("\n")[0] not in solutions, row["name"]
 
@@ -284,3 +293,26 @@ def test_raw_code_is_sometimes_tokenized_as_a_prompt_sent_as_written():
     cut = request_data.tokenize_stream(PieceTokenizer(), [code] * 200, split_share=0.3, rng=random.Random(0)).tolist()
     split_count = sum(1 for i in cut if i) - 200  # one id per piece: a cut text has two
     assert cut.count(0) == 200 and 30 <= split_count <= 90  # ~30 % cut, every text still ends once
+
+
+def test_the_task_data_files_hold_working_solutions_and_wordings_of_existing_tasks():
+    from engine.training.task_data import paraphrases, tested_tasks
+    from engine.training.task_families import all_tasks
+
+    tested = tested_tasks()
+    assert len(tested) > 300
+    for item in {t.task.code: t for t in tested}.values():
+        space: dict = {}
+        exec(item.task.code, space)
+        assert item.tests, item.task.request
+        for test in item.tests:
+            exec(test, space)  # an assert on the solution
+        assert "# assert" not in item.task.code
+    requests = {t.request for t in all_tasks()}
+    wordings = paraphrases()
+    assert len(wordings) > 300 and set(wordings) <= requests
+    for others in wordings.values():
+        for text in others:
+            verb = text.split(" ", 1)[0]
+            assert text == text.strip() and not text.endswith(".") and verb == verb.lower(), text
+

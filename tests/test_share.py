@@ -97,11 +97,13 @@ def test_the_default_reply_is_the_last_and_others_are_picked_by_number(store):
     second = store.start_reply(session_id, model="fake-coder")
     store.update_message(second, content="def two(): return 2", status="complete")
     assert load_share(store, session_id).message["id"] == second
-    assert load_share(store, session_id, seq=2).message["id"] == first
-    with pytest.raises(ShareError, match="message 1 of session .* is the user's"):
-        load_share(store, session_id, seq=1)
-    with pytest.raises(ShareError, match="has no message 9"):
-        load_share(store, session_id, seq=9)
+    # replies are numbered 1, 2, … among the replies, whatever the user messages between them
+    assert load_share(store, session_id, reply=1).message["id"] == first
+    assert load_share(store, session_id, reply=2).message["id"] == second
+    assert load_share(store, session_id, reply=1).reply_number == 1
+    assert "Reply 2 by <b" in replay_html(load_share(store, session_id, reply=2))
+    with pytest.raises(ShareError, match="has no reply 3"):
+        load_share(store, session_id, reply=3)
     with pytest.raises(ShareError, match="session 99 does not exist"):
         load_share(store, 99)
     empty = store.create_session("nothing yet")
@@ -206,7 +208,11 @@ def test_compare_is_kept_with_the_reply_and_the_page_races_it(store):
     assert "".join(s[2] for s in plain) == "".join(s[2] for s in fast) == DEFAULT_TEXT
     assert [s[1] for s in plain] == list(range(1, len(plain) + 1))  # plain decoding: one token per step
     assert all(a[0] <= b[0] for a, b in zip(plain, plain[1:]))  # the clock only goes forward
-    assert len(fast) < len(plain) and fast[-1][0] < plain[-1][0]  # fewer, faster steps: DFlash finishes first
+    # each lane runs on its own run's measured clock, as Compare stored it (whoever is faster wins)
+    for lane, run in ((plain, record["plain"]), (fast, record["dflash"])):
+        assert [s[0] for s in lane] == [round(step[0], 2) for step in run["steps"]]
+    tokens = 1 + sum(int(c["tau"]) for c in store.get_cycles(reply_id))  # the prefill's token, then each cycle's
+    assert plain[-1][1] == fast[-1][1] == tokens  # both lanes end on the reply's own token count
     assert "Compare's back-to-back runs" in doc["speed_source"]  # both times measured at the same moment
     assert doc["frames"][-1]["speed"] > 1
     page = Page(replay_html(load_share(store, session_id)))
@@ -252,12 +258,12 @@ def test_sessions_share_writes_the_page_and_the_gif(capsys, tmp_path):
         session_id, _ = store_fake_reply(store)
     out, gif = tmp_path / "out" / "replay.html", tmp_path / "replay.gif"
     code, err = run(capsys, "sessions", "share", session_id, "--db", path, "-o", out, "--gif", gif)
-    assert code == 0 and "wrote the replay of reply 2" in err and "wrote the GIF" in err
+    assert code == 0 and "wrote the replay of reply 1" in err and "wrote the GIF" in err
     assert 'data-dflash-replay="1"' in out.read_text() and Image.open(gif).format == "GIF"
     assert run(capsys, "sessions", "share", session_id, "--db", path) == (
         2, "dflash-studio: error: say where to write the replay: -o FILE.html and/or --gif FILE.gif\n")
-    assert run(capsys, "sessions", "share", session_id, "--db", path, "--message", 1, "-o", out) == (
-        2, f"dflash-studio: error: message 1 of session {session_id} is the user's; only a reply can be shared\n")
+    assert run(capsys, "sessions", "share", session_id, "--db", path, "--reply", 2, "-o", out) == (
+        2, f"dflash-studio: error: session {session_id} has no reply 2 (see `dflash-studio sessions show {session_id}`)\n")
     assert run(capsys, "sessions", "share", 7, "--db", path, "-o", out)[1] == \
         "dflash-studio: error: session 7 does not exist\n"
     missing = tmp_path / "none.db"
@@ -342,3 +348,17 @@ def test_the_teach_share_button_never_offers_a_half_written_page(store, tmp_path
     with pytest.raises(OSError):
         share_file(SimpleNamespace(store=store), folder, message_id)
     assert list(folder.iterdir()) == [page] and page.read_text(encoding="utf-8") == whole
+
+
+def test_the_gif_counts_tokens_and_passes_in_words_that_agree(store):
+    from ui.share_gif import frame_figures
+
+    session_id, reply_id = store_fake_reply(store)
+    frames = replay_document(load_share(store, session_id))["frames"]
+    assert frame_figures(frames[0], 0) == "1 token so far, from the prefill pass (plain decoding starts the same way)"
+    taus = [int(c["tau"]) for c in store.get_cycles(reply_id)]
+    words = frame_figures(frames[1], 1)
+    assert words.startswith(f"{1 + taus[0]} tokens in 1 DFlash cycle (a target pass each) after the prefill; "
+                            f"plain decoding: {taus[0]} passes")
+    last = frame_figures(frames[-1], len(taus))
+    assert f"{1 + sum(taus)} tokens in {len(taus)} DFlash cycles" in last and f"plain decoding: {sum(taus)} passes" in last

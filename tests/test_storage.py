@@ -72,6 +72,7 @@ EXPECTED_COLUMNS = {
         "kind": str, "model": str, "settings": str, "created_at": str, "updated_at": str,
         "prompt_tokens": int, "new_tokens": int, "tokens_per_s": float, "mean_tau": float,
         "prefill_ms": float, "decode_ms": float, "total_ms": float, "finish_reason": str,
+        "reasoning": str, "reasoning_tokens": int,
     },
     "cycles": {
         "id": int, "message_id": int, "idx": int, "block_size": int, "accepted": int, "tau": int, "bonus": int,
@@ -86,9 +87,17 @@ EXPECTED_COLUMNS = {
 }
 
 
+SEARCH_INDEXES = {"sessions_fts": ["title"], "messages_fts": ["content"]}  # FTS5, with their shadow tables
+
+
 def test_schema_has_exactly_the_expected_tables_columns_keys_and_indexes(any_store):
     db = any_store.database
-    assert set(db.table_names()) == set(EXPECTED_COLUMNS)
+    fts = {name for name in db.table_names() if "_fts" in name and name.split("_fts")[0] + "_fts" in SEARCH_INDEXES}
+    assert set(db.table_names()) - fts == set(EXPECTED_COLUMNS)
+    for name, columns in SEARCH_INDEXES.items():
+        assert db[name].columns_dict.keys() == set(columns) and "USING FTS5" in db[name].schema, name
+        assert {t.name for t in db[name.removesuffix("_fts")].triggers} == {
+            name.removesuffix("_fts") + suffix for suffix in ("_ai", "_ad", "_au")}
     for table, columns in EXPECTED_COLUMNS.items():
         assert db[table].columns_dict == columns, table
     assert [(fk.column, fk.other_table, fk.other_column) for fk in db["messages"].foreign_keys] == [
@@ -159,12 +168,12 @@ def test_create_and_add_message_write_exactly_these_rows(store, clock):
          "status": "complete", "error": None, "kind": "chat", "model": "", "settings": "{}",
          "created_at": clock.at(2), "updated_at": clock.at(2), "prompt_tokens": None, "new_tokens": None,
          "tokens_per_s": None, "mean_tau": None, "prefill_ms": None, "decode_ms": None, "total_ms": None,
-         "finish_reason": None},
+         "finish_reason": None, "reasoning": "", "reasoning_tokens": None},
         {"id": reply_id, "session_id": session_id, "seq": 2, "role": "assistant", "content": "",
          "status": "streaming", "error": None, "kind": "chat", "model": "tiny-coder",
          "settings": '{"block_size":8}', "created_at": clock.at(3), "updated_at": clock.at(3),
          "prompt_tokens": None, "new_tokens": None, "tokens_per_s": None, "mean_tau": None, "prefill_ms": None,
-         "decode_ms": None, "total_ms": None, "finish_reason": None},
+         "decode_ms": None, "total_ms": None, "finish_reason": None, "reasoning": "", "reasoning_tokens": None},
     ]
     assert store.get_session(session_id) == {
         "id": session_id, "uuid": session_row["uuid"], "title": "Fibonacci", "created_at": clock.at(1),
@@ -206,16 +215,53 @@ def test_list_orders_by_last_update_and_counts_messages(store):
         store.rename_session(first, "   ")
 
 
-def test_search_matches_title_or_content_case_insensitively_and_escapes_like_wildcards(store):
+def test_search_matches_words_of_titles_and_messages_ranked_and_highlighted(store):
     by_title = store.create_session("Quicksort in Rust")
     by_content = store.create_session("untitled")
-    store.add_message(by_content, "user", "explain QUICKSORT please")
+    store.add_message(by_content, "user", "explain QUICKSORT please, and how quicksort picks its pivot")
     percent = store.create_session("100% coverage")
+    vowels = store.create_session("strings")
+    store.add_message(vowels, "assistant", "def count_vowels(text):\n    return sum(c in 'aeiou' for c in text)")
     store.create_session("nothing here")
-    assert [s["id"] for s in store.search_sessions("quicksort")] == [by_content, by_title]
+    assert {s["id"] for s in store.search_sessions("quicksort")} == {by_content, by_title}
+    assert {s["id"] for s in store.search_sessions("QUICK")} == {by_content, by_title}  # the start of a word
+    assert [s["id"] for s in store.search_sessions("quicksort rust")] == [by_title]  # every word must match
     assert [s["id"] for s in store.search_sessions("100%")] == [percent]
-    assert store.search_sessions("_") == []
-    assert len(store.search_sessions("  ")) == 4
+    assert [s["id"] for s in store.search_sessions("count_vowels(")] == [vowels]  # code as typed: no FTS syntax
+    for junk in ("_", '"', "(*)", "^", "*"):
+        assert store.search_sessions(junk) == [], junk  # nothing to search for
+    for syntax in ("NOT", "a OR", "title:x", "NEAR(", "x AND"):
+        store.search_sessions(syntax)  # FTS5's own syntax is searched for as words, never an error
+    assert [s.id for s in store.search_sessions("NOT")] == [store.list_sessions()[0].id]  # "nothing here"
+    assert len(store.search_sessions("  ")) == 5
+    found = {m.session.id: m for m in store.search("quicksort", marks=("<<", ">>"))}
+    assert found[by_title].field == "title" and found[by_title].snippet == "<<Quicksort>> in Rust"
+    assert found[by_content].field == "message" and "<<QUICKSORT>>" in found[by_content].snippet
+    assert "def count_[vowels](text)" in store.search("vowels")[0].snippet  # the word inside the identifier
+
+
+def test_search_ranks_the_session_that_is_more_about_the_words_first(store):
+    passing = store.create_session("one")
+    store.add_message(passing, "user", "write a parser for dates, then format them, and by the way the heap "
+                                       "should stay small while you sort the list of dates by year")
+    about = store.create_session("two")
+    store.add_message(about, "user", "heap sort: build the heap, then pop the heap")
+    store.add_message(passing, "assistant", "done")  # the later update does not outrank the better match
+    assert [s.id for s in store.search_sessions("heap")] == [about, passing]
+
+
+def test_the_search_index_follows_every_change(store):
+    session = store.create_session("alpha")
+    message = store.add_message(session, "user", "bravo")
+    assert [s.id for s in store.search_sessions("alpha")] == [session]
+    store.rename_session(session, "charlie")
+    store.update_message(message, content="delta")
+    assert store.search_sessions("alpha") == store.search_sessions("bravo") == []
+    assert [s.id for s in store.search_sessions("charlie delta")] == []  # one field must hold every word
+    assert [s.id for s in store.search_sessions("delta")] == [session]
+    store.delete_session(session)  # its messages go by cascade: the index forgets them too
+    assert store.search_sessions("delta") == store.search_sessions("charlie") == []
+    assert store.database.execute("SELECT count(*) FROM messages_fts").fetchone()[0] == 0
 
 
 def test_missing_sessions_raise_session_not_found(store):

@@ -45,7 +45,9 @@ def test_list_shows_sessions_most_recent_first(capsys, db_path):
 
 def test_list_search_and_a_missing_database(capsys, db_path, tmp_path):
     found = run(capsys, "sessions", "list", "--db", str(db_path), "--search", "FIB")[1]
-    assert [line.split()[0] for line in found.splitlines()[1:]] == ["1"]
+    assert [line.split()[0] for line in found.splitlines()[1:]] == ["1"]  # a title match: the title says it
+    found = run(capsys, "sessions", "list", "--db", str(db_path), "--search", "sort this")[1].splitlines()
+    assert found[1].split()[0] == "2" and found[2].strip() == "[sort] [this]"  # a message match, marked
     assert run(capsys, "sessions", "list", "--db", str(db_path), "--search", "zebra") == (
         0, "no sessions matching 'zebra'\n", "")
     missing = tmp_path / "nowhere" / "sessions.db"
@@ -64,8 +66,8 @@ def test_show_prints_messages_with_reply_stats(capsys, db_path):
     code, out, err = run(capsys, "sessions", "show", "1", "--db", str(db_path))
     assert (code, err) == (0, "")
     assert out.splitlines()[0] == "session 1 · Fibonacci"
-    assert "[1] user · complete\nwrite fib\n" in out
-    assert "[2] assistant · complete · 10 tokens in 2 cycles · mean τ 5.00 · 42.0 tok/s\ndef fib(n): ...\n" in out
+    assert "\nuser · complete\nwrite fib\n" in out
+    assert "\nreply 1 · complete · 10 tokens in 2 cycles · mean τ 5.00 · 42.0 tok/s\ndef fib(n): ...\n" in out
 
 
 def test_unknown_session_is_one_clear_line_and_exit_code_2(capsys, db_path):
@@ -213,5 +215,20 @@ def test_show_names_the_model_of_each_reply_another_model_made(capsys, tmp_path,
         store.update_session_model(session, "tiny-coder-fast")
     code, out, _ = run(capsys, "sessions", "show", str(session), "--db", str(path))
     assert code == 0 and "model tiny-coder-fast · 4 messages" in out
-    assert "[2] assistant · complete · by tiny-coder\ndef count_vowels(s): ...\n" in out
-    assert "[4] assistant · complete\nclass Tk: pass\n" in out
+    assert "\nreply 1 · complete · by tiny-coder\ndef count_vowels(s): ...\n" in out
+    assert "\nreply 2 · complete\nclass Tk: pass\n" in out
+    listed = run(capsys, "sessions", "list", "--db", str(path))[1].splitlines()[1]
+    assert "tiny-coder, tiny-coder-fast" in listed  # listed under both models that answered in it
+
+
+def test_a_session_answered_by_many_models_is_listed_under_several(capsys, tmp_path):
+    path = tmp_path / "sessions.db"
+    with SessionStore(path) as store:
+        session = store.create_session("API · completions", model="m4")
+        for model in ("m1", "m2", "m3", "m4", "m2"):
+            store.add_message(session, "user", "x")
+            reply = store.start_reply(session, model=model)
+            store.update_message(reply, content="y", status="complete")
+        assert store.reply_models([session]) == {session: ["m1", "m2", "m3", "m4"]}
+    listed = run(capsys, "sessions", "list", "--db", str(path))[1].splitlines()[1]
+    assert "several models (4)" in listed and "m4" not in listed

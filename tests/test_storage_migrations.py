@@ -69,6 +69,11 @@ def test_every_earlier_version_upgrades_to_the_current_schema_keeping_its_data(t
         assert upgraded.get_message(1)["content"] == "partial"
         assert upgraded.get_message(1)["status"] == "interrupted"
         assert upgraded.message_stats(1)["mean_tau"] == 4.0
+        # the search index is built for what was stored before it existed, and kept current after
+        assert [s.id for s in upgraded.search_sessions("old")] == [1]
+        assert [s.id for s in upgraded.search_sessions("partial")] == [1]
+        upgraded.update_message(1, content="finished")
+        assert upgraded.search_sessions("partial") == [] and [s.id for s in upgraded.search_sessions("finished")] == [1]
     assert schema(path) == fresh_schema
 
 

@@ -518,3 +518,21 @@ def test_reply_prompt_leaves_out_the_turns_another_model_answered():
     messages[1]["model"] = messages[1]["settings"]["model"] = "tiny-coder (embedded)"
     prompt, _ = reply_prompt(messages, messages[3], lambda name: older_name.get(name, name))
     assert [m["content"] for m in prompt] == ["write add", "def add(a, b): ...", "write is_even"]
+
+
+def test_replies_are_numbered_1_2_in_the_menu_the_analytics_the_share_page_and_the_cli(ctx, engine, capsys):
+    from app.cli import main as cli
+    from ui.share import load_share
+
+    session_id, _ = chat(ctx, engine, "first request")
+    chat(ctx, engine, "second request", session_id=session_id)
+    menu = teach.reply_choices(ctx, session_id)
+    assert [label.split(" · ")[0] for label, _ in menu] == ["reply 1", "reply 2"]
+    assert [(r.number, r.message_id) for r in an.session_analytics(ctx.store, session_id).replies] == [
+        (1, menu[0][1]), (2, menu[1][1])]
+    assert [load_share(ctx.store, session_id, reply=n).message["id"] for n in (1, 2)] == [menu[0][1], menu[1][1]]
+    rows = list(csv.DictReader(io.StringIO(an.replies_csv(an.session_analytics(ctx.store, session_id)))))
+    assert [(row["reply"], int(row["message_id"])) for row in rows] == [("1", menu[0][1]), ("2", menu[1][1])]
+    assert cli(["sessions", "show", str(session_id), "--db", str(ctx.store.path)]) == 0
+    headers = [line.split(" · ")[0] for line in capsys.readouterr().out.splitlines() if " · complete" in line]
+    assert headers == ["user", "reply 1", "user", "reply 2"]

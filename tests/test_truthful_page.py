@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import astuple, replace
+from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
@@ -26,7 +26,7 @@ SETTINGS = Settings(block_size=8, temperature=0.0, top_p=1.0, max_new_tokens=256
 def controls_of(view: dict) -> tuple:
     """The six setting controls a view shows; the page's Settings State must say the same."""
     shown = tuple(view[key] for key in h.SETTING_KEYS)
-    assert astuple(view["settings"]) == shown
+    assert tuple(getattr(view["settings"], key) for key in h.SETTING_KEYS) == shown
     return shown
 
 

@@ -322,7 +322,8 @@ def test_sessions_list_switch_rename_search_delete_and_export(ctx, engine):
 
     h.rename(ctx, first, "Renamed")
     assert ctx.store.get_session(first)["title"] == "Renamed"
-    assert [c for c in h.search(ctx, "reply two", None).choices] == [("second <topic>", second)]
+    assert [c for c in h.search(ctx, "reply two", None).choices] == [("second <topic> · «reply» «two»", second)]
+    assert [c for c in h.search(ctx, "SECOND", None).choices] == [("«second» <topic>", second)]  # a title match
 
     exported = h.export(ctx, first).value
     path = exported["path"] if isinstance(exported, dict) else exported
@@ -343,7 +344,7 @@ def test_new_session_shows_a_selected_entry_until_its_first_message(ctx, engine)
     assert ("first topic", first) in listing.choices  # nothing is stored for the empty session
     assert ctx.store.count_sessions() == 1
     assert h.select_session(ctx, h.NEW_SESSION_ENTRY[1])["session"] is None  # choosing the entry is a new page
-    assert h.search(ctx, "first", None).choices == [("first topic", first)]  # a search lists sessions only
+    assert h.search(ctx, "first", None).choices == [("«first» topic", first)]  # a search lists sessions only
     second, sent = send(ctx, "second topic")  # the first message creates it, titled after itself
     run(ctx, sent)
     listing = h.select_session(ctx, second)["sessions"]

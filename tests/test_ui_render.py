@@ -214,7 +214,14 @@ def test_bare_code_with_a_prose_docstring_is_one_code_block_in_chat_teach_and_an
 def test_a_nul_in_model_text_stays_visible_on_the_page_and_in_a_shared_replay():
     """An HTML parser drops a NUL from text, so a reply holding one would read shorter than it
     is: the page and the replay file (one escaping helper) show it as U+FFFD."""
-    from ui import share_page
+    from storage import SessionStore
+    from tests.share_helpers import store_fake_reply
+    from ui.share import load_share
+    from ui.share_page import replay_html
 
     assert esc("a\x00<b>") == "a\ufffd&lt;b&gt;"
-    assert share_page.esc is esc
+    with SessionStore(":memory:") as store:
+        session_id, _ = store_fake_reply(store, title="nul\x00<here>", model="m\x00del")
+        page = replay_html(load_share(store, session_id))
+    assert "<h1 id=\"rp-title\">nul\ufffd&lt;here&gt;</h1>" in page and "m\ufffddel" in page
+    assert "\x00" not in page  # in the data block too (JSON writes it as \u0000)

@@ -103,7 +103,7 @@ def test_bad_requests_are_refused_with_a_clear_message(vllm_engine):
 
 
 def test_generate_cli_through_a_running_server_prints_the_local_token_ids(vllm_engine, local_engine):
-    """The issue's done-when check, against the fixture's server (--engine-url)."""
+    """`generate --engine vllm --engine-url` against the fixture's server gives the local engine's greedy token ids."""
     prompt = "Write a function that checks whether a number is prime."
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     command = [sys.executable, "-m", "app.cli", "generate", "--engine", "vllm", "--engine-url",

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.acceptance import AcceptanceCounts
+from storage.records import number_replies
 
 from . import charts
 from .render import bare_code, code_share, fenced_blocks, looks_like_code_line
@@ -78,7 +79,9 @@ def cycle_regions(content: str, cycles: list[dict], mode: str = "chat") -> list[
     pos = len(first_text(content, cycles))
     regions, last = [], "prose"
     for cycle in cycles:
-        length = len("".join(cycle.get("emitted_pieces") or ()))
+        pieces = cycle.get("emitted_pieces") or ()
+        parts = cycle.get("emitted_parts") or ["answer"] * len(pieces)
+        length = len("".join(p for p, part in zip(pieces, parts) if part == "answer"))  # the content is the answer
         span = mask[pos:pos + length]
         if span:
             last = "code" if 2 * sum(span) >= len(span) else "prose"
@@ -151,6 +154,8 @@ class SessionAnalytics:
     by_kind: dict[str, Figures]  # "code", "prose", "all": by kind of reply
     by_region: dict[str, Figures] = field(default_factory=dict)  # "code", "prose": by where each cycle landed
     by_token_class: ClassCounts = field(default_factory=ClassCounts)  # which kinds of token the draft wrote
+    # "reasoning", "answer": a reasoning model's cycles by the part their first token is in
+    by_part: dict[str, Figures] = field(default_factory=lambda: {"reasoning": Figures(), "answer": Figures()})
 
 
 def session_analytics(store, session_id: int) -> SessionAnalytics:
@@ -158,9 +163,12 @@ def session_analytics(store, session_id: int) -> SessionAnalytics:
     by_kind = {"code": Figures(), "prose": Figures(), "all": Figures()}
     by_region = {"code": Figures(), "prose": Figures()}
     token_classes = ClassCounts()
+    by_part = {"reasoning": Figures(), "answer": Figures()}
     replies = []
-    for message in store.get_messages(session_id):
-        if message["role"] != "assistant":
+    messages = store.get_messages(session_id)
+    numbers = number_replies(messages)  # as the share page, `sessions show` and Teach's menu number them
+    for message in messages:
+        if message["id"] not in numbers:
             continue
         text = message["content"] or ""
         share = 1.0 if message["kind"] == "complete" else code_share(text)
@@ -168,7 +176,8 @@ def session_analytics(store, session_id: int) -> SessionAnalytics:
         figures = Figures()
         cycles = store.get_cycles(message["id"])
         for row, region in zip(cycles, cycle_regions(text, cycles, message["kind"])):
-            for target in (figures, by_kind[kind], by_kind["all"], by_region[region]):
+            part = (row.get("emitted_parts") or ["answer"])[0]
+            for target in (figures, by_kind[kind], by_kind["all"], by_region[region], by_part[part]):
                 target.add(int(row["block_size"]), int(row["accepted"]), int(row["tau"]))
         token_classes.merge(reply_token_classes(text, cycles, code_mask(text, message["kind"], loose=True),
                                                 message["kind"]))
@@ -176,16 +185,16 @@ def session_analytics(store, session_id: int) -> SessionAnalytics:
             message_id=message["id"], seq=message["seq"], created_at=message["created_at"], mode=message["kind"],
             kind=kind, status=message["status"], model=message["model"], new_tokens=message["new_tokens"],
             tokens_per_s=message["tokens_per_s"], code_share=share,
-            preview=" ".join(text.split())[:60], figures=figures, number=len(replies) + 1,
+            preview=" ".join(text.split())[:60], figures=figures, number=numbers[message["id"]],
         ))
-    return SessionAnalytics(session_id, session["title"], replies, by_kind, by_region, token_classes)
+    return SessionAnalytics(session_id, session["title"], replies, by_kind, by_region, token_classes, by_part)
 
 
 # ---------------------------------------------------------------------------- table and CSV
 
 TABLE_HEADERS = ["reply", "kind", "mode", "status", "tokens", "cycles", "mean τ", "acceptance", "tok/s",
                  "max block", "created", "text"]
-REPLY_COLUMNS = ["message_id", "seq", "created_at", "kind", "mode", "status", "model", "new_tokens", "tokens_per_s",
+REPLY_COLUMNS = ["message_id", "reply", "created_at", "kind", "mode", "status", "model", "new_tokens", "tokens_per_s",
                  "code_share"]
 FIGURE_COLUMNS = ["cycles", "cycle_tokens", "mean_tau", "acceptance_rate", "max_block_size"]
 SUMMARY_COLUMNS = ["kind", "replies"]
@@ -239,7 +248,7 @@ def replies_csv(analytics: SessionAnalytics) -> str:
     slots, taus = _shape(analytics)
     rows = [REPLY_COLUMNS + _figure_headers(slots, taus)]
     for r in analytics.replies:
-        rows.append([r.message_id, r.seq, r.created_at, r.kind, r.mode, r.status, r.model,
+        rows.append([r.message_id, r.number, r.created_at, r.kind, r.mode, r.status, r.model,
                      "" if r.new_tokens is None else r.new_tokens, _number(r.tokens_per_s, ".3f"),
                      f"{r.code_share:.3f}"] + _figure_cells(r.figures, slots, taus))
     return _csv(rows)
@@ -255,6 +264,9 @@ def summary_csv(analytics: SessionAnalytics) -> str:
         rows.append([kind, count] + _figure_cells(analytics.by_kind[kind], slots, taus))
     for region, figures in analytics.by_region.items():
         rows.append([f"cycles in {region}", ""] + _figure_cells(figures, slots, taus))
+    if analytics.by_part["reasoning"].cycles:  # a reasoning model's: its reasoning and its answer apart
+        for part, figures in analytics.by_part.items():
+            rows.append([f"cycles in {part}", ""] + _figure_cells(figures, slots, taus))
     return _csv(rows)
 
 

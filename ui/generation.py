@@ -124,7 +124,7 @@ def _apply(update: ReplyUpdate, item: ReplyItem) -> None:
             update.status, update.note = "error", error
             trace.error = error
         case EventItem(Started() as event):
-            trace.start(event.first_text, event.block_size, event.prefill_ms)
+            trace.start(event.first_text, event.block_size, event.prefill_ms, event.first_part)
         case EventItem(Cycle() as event):
             trace.add_cycle(event)
             update.cycles_added += 1

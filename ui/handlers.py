@@ -34,6 +34,7 @@ from .generation import GenerationRequest, PageReply, stream_reply
 from .models import model_status_html, model_view, prompt_for_model, reply_notices, session_model
 from .named import refused
 from .render import assistant_markdown, esc, render_token_view, stats_html, user_markdown
+from .thinking import save_thinking, thinking_setting
 from .trace import ReplyTrace
 
 SETTING_KEYS = Settings.keys()  # the setting controls, by name
@@ -105,7 +106,8 @@ def save_defaults(ctx: UIContext, settings: Settings) -> str:
     """*Save as defaults*: the settings shown become what new sessions start from."""
     check_settings(ctx, settings)
     try:
-        ctx.store.set_preference(DEFAULTS_PREFERENCE, settings.as_dict())
+        # thinking is the session's own (its control starts at each model family's default)
+        ctx.store.set_preference(DEFAULTS_PREFERENCE, settings.with_thinking(None).as_dict())
     except STORE_ERRORS as exc:
         raise refused(f"Cannot save the defaults: {exc}") from None
     gr.Info("Saved: new sessions start with these settings.")
@@ -134,10 +136,13 @@ def settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallb
 
 
 def change_settings(ctx: UIContext, session_id: int | None, block_size, temperature, top_p, max_new_tokens,
-                    fallback, show_rejected) -> dict:
+                    fallback, show_rejected, current: Settings | None = None) -> dict:
     """The user changed a setting: the page's ``Settings`` (the State every send reads) and the
-    session's stored settings follow (settings belong to the session)."""
+    session's stored settings follow (settings belong to the session). ``current``: the page's
+    Settings until now, whose thinking choice stays (it has its own control: ``change_thinking``)."""
     settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
+    if isinstance(current, Settings):
+        settings = settings.with_thinking(current.thinking)
     if session_id is not None:
         try:
             stored = {**settings.as_dict(), "model": stored_model(ctx.store.get_session(session_id))
@@ -146,6 +151,15 @@ def change_settings(ctx: UIContext, session_id: int | None, block_size, temperat
         except STORE_ERRORS:
             pass  # the session was deleted meanwhile: nothing to save it into
     return {"settings": settings}
+
+
+def change_thinking(ctx: UIContext, session_id: int | None, thinking, current: Settings | None) -> dict:
+    """The user switched a reasoning model's thinking: the page's ``Settings`` take it, and the
+    session keeps it (``ui.thinking.save_thinking``: its other stored settings stay as they are)."""
+    if not isinstance(current, Settings):  # a Gradio API caller's State holds what it was given
+        raise refused("Invalid settings: set them first (the settings controls).")
+    save_thinking(ctx, session_id, thinking)
+    return {"settings": current.with_thinking(thinking)}
 
 
 def check_settings(ctx: UIContext, settings: Settings | None, prompt=None, raw: bool = False) -> tuple[SamplingConfig, FallbackConfig]:
@@ -175,15 +189,25 @@ def settings_outputs(ctx: UIContext, stored: dict | None) -> dict:
         settings = Settings.from_mapping(merged)
     except InvalidSettings:  # a stored value that is not a number (an edited export): the defaults
         settings = defaults
+    thinking = (stored or {}).get("thinking")  # the session's own choice; a default never has one
+    settings = settings.with_thinking(thinking if isinstance(thinking, bool) else None)
     return {**merged, "settings": settings}
 
 
 # ============================================================================ views
 
 
+SEARCH_MARKS = ("«", "»")  # a search's matched words in the sessions list (a radio label is plain text)
+
+
 def session_choices(ctx: UIContext, query: str = "") -> list[tuple[str, int]]:
-    sessions = ctx.store.search_sessions(query) if query and query.strip() else ctx.store.list_sessions()
-    return distinct_labels([(s["title"], s["id"]) for s in sessions])
+    """The sessions list; a search lists the best match first, each with its match in context."""
+    if not (query and query.strip()):
+        return distinct_labels([(s["title"], s["id"]) for s in ctx.store.list_sessions()])
+    matches = ctx.store.search(query, marks=SEARCH_MARKS)
+    labels = distinct_labels([(m.session.title, m.session.id) for m in matches])
+    return [(m.snippet + label[len(m.session.title):] if m.field == "title" else f"{label} · {m.snippet}", session_id)
+            for (label, session_id), m in zip(labels, matches)]  # label[len(title):]: distinct_labels' " (2)"
 
 
 def distinct_labels(choices: list[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -239,7 +263,8 @@ def chat_history(ctx: UIContext, session_id: int | None) -> tuple[list[dict], li
             figures = _light_trace(series.get(m["id"], []))
             figures.finished = {"tokens_per_s": m["tokens_per_s"]}
             rows.append({"role": "assistant", "content": notices.get(m["id"], "") + assistant_markdown(
-                m["content"], m["status"], figures, m["error"], m["kind"], tokens=m["new_tokens"])})
+                m["content"], m["status"], figures, m["error"], m["kind"], tokens=m["new_tokens"],
+                reasoning=m["reasoning"])})
         else:
             continue
         ids.append(m["id"])
@@ -677,18 +702,19 @@ def _submit(ctx: UIContext, accepted: Accepted) -> dict:
     """Store what was accepted; the session's view, and the reply ``respond`` makes."""
     session_id, title = _store_prompt(ctx, accepted)
     rows, ids = chat_history(ctx, session_id)
-    request = _generation_request(session_id, accepted.prompt, accepted.kind, accepted.settings, accepted.model,
+    request = _generation_request(ctx, session_id, accepted.prompt, accepted.kind, accepted.settings, accepted.model,
                                   accepted.sampling, accepted.fallback)
     return {"session": session_id, "remembered": session_id, "chat": rows, "msg_ids": ids,
             "sessions": session_list(ctx, session_id), "title": title,
             "reply_request": PageReply(request, rows, ids, accepted.notice)}
 
 
-def _generation_request(session_id: int, prompt, kind: str, settings: Settings, model: str,
+def _generation_request(ctx: UIContext, session_id: int, prompt, kind: str, settings: Settings, model: str,
                         sampling: SamplingConfig, fallback: FallbackConfig) -> GenerationRequest:
     """The request for the service; a sampled reply gets a stored seed, so that it can be
-    replayed (Teach's comparison)."""
-    stored = {**settings.as_dict(), "model": model}
+    replayed (Teach's comparison). A reasoning model's thinking on/off goes with it as the
+    model can take it (``ui.thinking``), read back when the service renders the prompt."""
+    stored = {**settings.with_thinking(None).as_dict(), "model": model, **thinking_setting(ctx, settings.thinking)}
     if sampling.temperature > 0:
         stored["seed"] = secrets.randbelow(2**31)
         sampling = replace(sampling, seed=stored["seed"])
@@ -810,7 +836,7 @@ def _answer_last(ctx: UIContext, session_id: int, messages: list, settings: Sett
     complete = last["kind"] == "complete"
     prompt = heal_code_prompt(last["content"]) if complete else prompt_for_model(ctx, messages, model)
     notice = "" if complete else reply_notices(ctx, messages, model).get(None, "")
-    request = _generation_request(session_id, prompt, last["kind"], settings, model, sampling, fallback)
+    request = _generation_request(ctx, session_id, prompt, last["kind"], settings, model, sampling, fallback)
     return PageReply(request, rows, ids, notice)
 
 

@@ -4,7 +4,7 @@ Stable element ids (docs/architecture.md) for tests and users' scripts: chat, ch
 regenerate, token-view, stats, acceptance-chart, session-chart, tau-histogram, position-chart,
 session-list, session-search, session-title, new-session, rename-session, delete-session,
 confirm-delete, cancel-delete, export-session, import-session, export-file, model-picker, model-status, block-size,
-temperature, top-p, max-new-tokens, fallback-toggle, show-rejected, code-editor, complete,
+temperature, top-p, max-new-tokens, fallback-toggle, show-rejected, thinking, code-editor, complete,
 complete-stop, teach.
 """
 
@@ -21,6 +21,7 @@ from .context import UIContext
 from .named import Outputs, checked, components_of
 from .render import render_token_view, stats_html, syntax_css
 from .teach import build_teach_tab
+from .thinking import thinking_control
 
 HERE = Path(__file__).resolve().parent
 BROWSER_KEY = "dflash-studio-session"
@@ -70,7 +71,7 @@ def layout(ctx: UIContext, demo: gr.Blocks) -> SimpleNamespace:
     c.pending_send = gr.State(None)  # the chat message (and settings) that passed them
     c.pending_code = gr.State(None)  # the Complete-mode code (and settings) that passed them
     c.reply_request = gr.State(None)  # the reply a send, Regenerate or edit hands respond (handlers.PageReply)
-    c.settings = gr.State(h.default_settings(ctx))  # the six setting controls as one Settings value
+    c.settings = gr.State(h.default_settings(ctx))  # the setting controls (thinking too) as one Settings value
     c.streaming = gr.State(None)  # the reply this page streams (see handlers.respond)
     c.page = gr.State(None)  # this page's id, set on load: a reply stream stops drawing when the page moves on
     c.remembered = gr.BrowserState(None, storage_key=BROWSER_KEY)
@@ -135,10 +136,12 @@ def _conversation_column(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) ->
             with gr.Row():
                 c.complete = gr.Button("Continue the code", variant="primary", elem_id="complete")
                 c.complete_stop = gr.Button("Stop", variant="stop", elem_id="complete-stop")
-        with gr.Tab("Teach", elem_id="teach") as teach_tab:
-            c.teach = build_teach_tab(ctx, demo, teach_tab, chat_session=c.remembered)
-    c.stats = gr.HTML(stats_html(None), elem_id="stats")  # the figures of the tab shown (Chat or Complete)
-    c.token_view = gr.HTML(render_token_view(None), elem_id="token-view")
+        with gr.Tab("Teach", elem_id="teach") as c.teach_tab:
+            c.teach = build_teach_tab(ctx, demo, c.teach_tab, chat_session=c.remembered)
+    # The figures of the tab shown (Chat or Complete); Teach has its own, so they hide there.
+    with gr.Column(elem_id="reply-figures") as c.reply_figures:
+        c.stats = gr.HTML(stats_html(None), elem_id="stats")
+        c.token_view = gr.HTML(render_token_view(None), elem_id="token-view")
 
 
 def _settings_column(ctx: UIContext, c: SimpleNamespace) -> None:
@@ -160,6 +163,8 @@ def _settings_column(ctx: UIContext, c: SimpleNamespace) -> None:
                                      elem_id="fallback-toggle")
             c.show_rejected = gr.Checkbox(value=defaults.show_rejected, label="Show rejected drafts",
                                           elem_id="show-rejected")
+        c.thinking = gr.Checkbox(label="Thinking (reasoning models)", elem_id="thinking",
+                                 **thinking_control(ctx).constructor_args)
         c.defaults_note = gr.Markdown(h.defaults_note(ctx), elem_id="defaults-note")
         with gr.Row():
             c.save_defaults = gr.Button("Save as defaults", size="sm", elem_id="save-defaults")
@@ -206,8 +211,12 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     # drop it, while the one before runs, and a Send clicked meanwhile would overtake it)
     changed = outputs("settings")
     gr.on([control.input for control in c.controls], changed.wrap(partial(h.change_settings, ctx)),
-          [c.session, *c.controls], changed.components, api_name="settings", trigger_mode="multiple",
+          [c.session, *c.controls, c.settings], changed.components, api_name="settings", trigger_mode="multiple",
           **SETTINGS_ORDER)
+    # thinking on/off is a setting too (Settings.thinking), with a control of its own: it follows the
+    # model shown (_wire_model), and a change goes in the same ordered group as the checks that read it
+    c.thinking.input(changed.wrap(partial(h.change_thinking, ctx)), [c.session, c.thinking, c.settings],
+                     changed.components, api_visibility="undocumented", trigger_mode="multiple", **SETTINGS_ORDER)
     c.show_rejected.change(None, [c.show_rejected], None, js=SHOW_REJECTED_JS)
     _wire_defaults_and_tabs(ctx, c, outputs)
 
@@ -287,6 +296,9 @@ def _wire_model(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace, outputs) ->
     # first's result (h.repeated_refusal), not start a second load beside it
     c.model.input(picked.wrap(partial(h.pick_model, ctx)), [c.model, c.session], picked.components, api_name="pick_model",
                   concurrency_limit=1, concurrency_id="model-pick")
+    # the thinking control follows the model (its family's default, or why it has none) and the session
+    for trigger in (demo.load, c.model.change, c.session.change):
+        trigger(partial(thinking_control, ctx), [c.session], c.thinking, api_visibility="undocumented")
 
 
 def _wire_defaults_and_tabs(ctx: UIContext, c: SimpleNamespace, outputs) -> None:
@@ -301,6 +313,13 @@ def _wire_defaults_and_tabs(ctx: UIContext, c: SimpleNamespace, outputs) -> None
     for tab, mode in ((c.chat_tab, "chat"), (c.complete_tab, "complete")):
         tab.select(figures.wrap(partial(h.tab_figures, ctx, mode=mode)), [c.session, c.page], figures.components,
                    api_visibility="undocumented")
+    # Teach draws its own reply; the panel of the tab shown before it would sit under it, unrelated
+    for tab, shown in ((c.chat_tab, True), (c.complete_tab, True), (c.teach_tab, False)):
+        tab.select(partial(shown_or_hidden, shown), None, c.reply_figures, queue=False, api_visibility="undocumented")
+
+
+def shown_or_hidden(shown: bool):
+    return gr.update(visible=shown)
 
 
 def _wire_sessions(ctx: UIContext, c: SimpleNamespace, outputs, view: Outputs) -> None:

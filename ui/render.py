@@ -21,6 +21,7 @@ from pygments.util import ClassNotFound
 
 from engine.errors import CONTEXT_FULL
 
+from .reasoning_view import chat_reasoning_block, split_line, token_view_reasoning
 from .trace import ReplyTrace, Token
 
 PYGMENTS_STYLE = "default"
@@ -222,12 +223,30 @@ def render_token_view(trace: ReplyTrace | None, mode: str = "chat", placeholder:
     if trace is None or not trace.tokens:
         note = esc(placeholder or "Send a prompt: every generated token appears here, coloured by what DFlash did to it.")
         return f'<div class="tv">{legend_html()}<div class="tv-body tv-empty">{note}</div></div>'
-    text = trace.text
-    classes = syntax_classes(text, mode)
-    out: list[str] = []
     marks = {m.after_cycle: m for m in trace.marks}
+    reasoning = [t for t in trace.tokens if t.part == "reasoning"]
+    answer = [t for t in trace.tokens if t.part != "reasoning"]
+    out: list[str] = []
+    if reasoning:  # its own block, above the answer; never lexed as code
+        inner = _tokens_html(reasoning, [""] * len(trace.reasoning), marks)
+        out.append(token_view_reasoning(inner, trace.reasoning_tokens))
+    out.append(_tokens_html(answer, syntax_classes(trace.text, mode), marks))
+    tail = ""
+    if trace.error:
+        tail = f'<div class="tv-error">⚠ generation failed: {esc(trace.error)}</div>'
+    elif trace.cancelled:
+        tail = '<div class="tv-note">⏹ stopped; the partial reply is kept</div>'
+    if trace.engine_note:
+        tail += f'<div class="tv-note tv-engine-note">ℹ {esc(trace.engine_note)}</div>'
+    return f'<div class="tv">{legend_html()}<div class="tv-body">{"".join(out)}</div>{tail}</div>'
+
+
+def _tokens_html(tokens: list[Token], classes: list[str], marks: dict) -> str:
+    """One ``tv-block`` span per cycle holding one span per token; ``classes`` are the syntax
+    classes of the shown (not rejected) tokens' text, in order."""
+    out: list[str] = []
     pos, current = 0, None
-    for token in trace.tokens:
+    for token in tokens:
         if token.cycle != current:
             if current is not None:
                 out.append("</span>")
@@ -240,21 +259,15 @@ def render_token_view(trace: ReplyTrace | None, mode: str = "chat", placeholder:
             inner = _syntax_html(token.text, classes[pos:pos + len(token.text)])
             pos += len(token.text)
         origin = "bonus" if token.origin == "prefill" else token.origin
+        part = ' data-part="reasoning"' if token.part == "reasoning" else ""
         out.append(
             f'<span class="tok" data-origin="{origin}" data-cycle="{token.cycle}" data-slot="{token.slot}" '
-            f'title="{esc(token_title(token))}">{inner}</span>'
+            f'title="{esc(token_title(token))}"{part}>{inner}</span>'
         )
     if current is not None:
         out.append("</span>")
         out.append(_mark_html(marks.get(current)))
-    tail = ""
-    if trace.error:
-        tail = f'<div class="tv-error">⚠ generation failed: {esc(trace.error)}</div>'
-    elif trace.cancelled:
-        tail = '<div class="tv-note">⏹ stopped; the partial reply is kept</div>'
-    if trace.engine_note:
-        tail += f'<div class="tv-note tv-engine-note">ℹ {esc(trace.engine_note)}</div>'
-    return f'<div class="tv">{legend_html()}<div class="tv-body">{"".join(out)}</div>{tail}</div>'
+    return "".join(out)
 
 
 def _mark_html(mark) -> str:
@@ -317,6 +330,8 @@ def stats_html(trace: ReplyTrace | None, model_line: str = "") -> str:
                "No tokens: the model ended the reply before writing one (its first token was the end of text; "
                "at a high temperature that is a random draw: send again or lower it).")
         why_html = f'<div class="stat-why" data-stat="why">{esc(why)}</div>'
+    split = split_line(t)  # τ and acceptance of the reasoning and of the answer, apart
+    why_html += f'<div class="stat-why" data-stat="reasoning-split">{esc(split)}</div>' if split else ""
     blocks = t.fallback_summary()  # a reply whose block size fallback changed says so (τ depends on it)
     why_html += f'<div class="stat-why" data-stat="fallback-summary">{esc(blocks)}</div>' if blocks else ""
     model = f'<div class="stat-model">{esc(model_line)}</div>' if model_line else ""
@@ -375,12 +390,16 @@ def _inert(prose: str) -> str:
 
 
 def assistant_markdown(content: str, status: str, trace: ReplyTrace | None = None, error: str | None = None,
-                       kind: str = "chat", tokens: int | None = None) -> str:
-    """A reply as chat markdown: the text, a footer with its figures, and its end state."""
+                       kind: str = "chat", tokens: int | None = None, reasoning: str | None = None) -> str:
+    """A reply as chat markdown: a reasoning model's reasoning in its own block (``reasoning``,
+    else the trace's), the text, a footer with its figures, and its end state."""
     fenced = content and (kind == "complete" or bare_code(content))  # shown as code, not as prose
     body = chat_markdown(f"```python\n{content}\n```" if fenced else content)
     if not content and status == "streaming":
         body = "…"
+    thought = reasoning if reasoning is not None else (trace.reasoning if trace is not None else "")
+    if thought and thought.strip("\n"):
+        body = chat_reasoning_block(esc(thought.strip("\n")), streaming=status == "streaming" and not content) + body
     extras = []
     if trace is not None and (tokens or trace.new_tokens) and status != "streaming":  # figures once it ended
         extras.append(reply_footer(trace, tokens or None))

@@ -1,7 +1,7 @@
 """Share a reply's decoding: what a self-contained replay page (``share_page``) and an animated
 GIF (``share_gif``) play, read from the store and built with Teach's own steps and captions.
 
-``load_share(store, session_id, seq=None)`` reads one reply (default: the session's last one)
+``load_share(store, session_id, reply=None)`` reads one reply (default: the session's last one)
 with its cycles, the prompt it answered and, when Compare ran on it, the stored comparison;
 ``replay_document(share)`` turns it into plain values: one frame per cycle (the block as the
 draft saw it, the draft's proposals and the target's verdicts, the tokens the cycle added, a
@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass
 
 from engine.fallback import VERIFY_STEPS_PRIOR
+from storage.records import number_replies
 
 from .context import STORE_ERRORS
 from .teach_compare import Comparison, comparison_from_record, stored_run, why_different
@@ -41,21 +42,23 @@ class ShareReply:
     prompt: str  # the user message it answered (as text)
     cycles: list[dict]
     comparison: Comparison | None = None  # Compare's stored result, when it ran on this reply
+    reply_number: int = 1  # 1, 2, … among the session's replies (storage.records.number_replies)
 
 
 # ============================================================================ reading the store
 
 
-def load_share(store, session_id: int, seq: int | None = None, message_id: int | None = None) -> ShareReply:
-    """The reply ``seq`` of the session (or the message ``message_id``; default: the last reply)."""
+def load_share(store, session_id: int, reply: int | None = None, message_id: int | None = None) -> ShareReply:
+    """The session's reply number ``reply`` (1, 2, …; or the message ``message_id``; default: the last reply)."""
     try:
         session = store.get_session(session_id)
         messages = store.get_messages(session_id)
     except STORE_ERRORS:
         raise ShareError(f"session {session_id} does not exist") from None
-    message = _pick_reply(messages, session_id, seq, message_id)
+    numbers = number_replies(messages)
+    message = _pick_reply(messages, numbers, session_id, reply, message_id)
     if message["status"] == "streaming":
-        raise ShareError(f"message {message['seq']} of session {session_id} is still being generated")
+        raise ShareError(f"reply {numbers[message['id']]} of session {session_id} is still being generated")
     cycles = store.get_cycles(message["id"])
     users = [m for m in messages if m["seq"] < message["seq"] and m["role"] == "user"]
     prompt = users[-1]["content"] if users else ""
@@ -63,16 +66,18 @@ def load_share(store, session_id: int, seq: int | None = None, message_id: int |
     record = _stored_comparison(store, message["id"])
     if record is not None:
         comparison = comparison_from_record(record, stored_run(message, cycles))
-    return ShareReply(session["title"], session["model"] or "", dict(message), prompt, cycles, comparison)
+    return ShareReply(session["title"], session["model"] or "", dict(message), prompt, cycles, comparison,
+                      numbers[message["id"]])
 
 
-def _pick_reply(messages: list[dict], session_id: int, seq: int | None, message_id: int | None) -> dict:
+def _pick_reply(messages: list[dict], numbers: dict[int, int], session_id: int, reply: int | None,
+                message_id: int | None) -> dict:
     if message_id is not None:
         chosen = [m for m in messages if m["id"] == message_id]
         what = f"message id {message_id}"
-    elif seq is not None:
-        chosen = [m for m in messages if m["seq"] == seq]
-        what = f"message {seq}"
+    elif reply is not None:
+        chosen = [m for m in messages if numbers.get(m["id"]) == reply]
+        what = f"reply {reply}"
     else:
         chosen = [m for m in messages if m["role"] == "assistant"][-1:]
         if not chosen:
@@ -273,7 +278,7 @@ def replay_document(share: ShareReply, keep_top: bool = True) -> dict:
         produced += step.tau  # model tokens, as Teach and the stats count them (an end token has no text)
         frames.append(_frame(step, shown, running_speed, produced, keep_top))
     return {
-        "title": share.session_title, "seq": message.get("seq"), "prompt": _cut(share.prompt, PROMPT_CHARS),
+        "title": share.session_title, "reply_number": share.reply_number, "prompt": _cut(share.prompt, PROMPT_CHARS),
         "text": content, "kind": message.get("kind") or "chat", "status": message.get("status") or "",
         "model": message.get("model") or share.session_model, "settings": settings_lines(message),
         "figures": figures(trace, speed, share), "engine_note": note, "speed_source": speed.source,

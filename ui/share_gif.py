@@ -199,6 +199,20 @@ def _frame_tokens(frames: list[dict], shown: int) -> list[tuple[str, str, bool]]
             if t[1] != "rejected" or k == shown]
 
 
+def _count(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
+def frame_figures(frame: dict, shown: int) -> str:
+    """The frame's count in words, as the page's speed line says it: the prefill writes the first
+    token on its own; each cycle after it is one target pass, where plain decoding needs one per token."""
+    if shown == 0:
+        return f"{_count(frame['n'], 'token')} so far, from the prefill pass (plain decoding starts the same way)"
+    speed = "" if frame["speed"] is None else f" · {frame['speed']:.2f}× its speed so far"
+    return (f"{_count(frame['n'], 'token')} in {_count(shown, 'DFlash cycle')} (a target pass each) after the "
+            f"prefill; plain decoding: {_count(frame['n'] - 1, 'pass', 'passes')}{speed}")
+
+
 def draw_frame(doc: dict, shown: int, fonts: Fonts) -> Image.Image:
     frames = doc["frames"]
     frame = frames[shown]
@@ -218,8 +232,7 @@ def draw_frame(doc: dict, shown: int, fonts: Fonts) -> Image.Image:
     text_top = bottom + CAPTION_LINES * 20 + 8
     _reply_text(draw, fonts, _frame_tokens(frames, shown), (MARGIN, text_top, WIDTH - MARGIN, HEIGHT - 92))
     _chart(draw, fonts, frames, shown, (MARGIN, HEIGHT - 84, WIDTH // 2, HEIGHT - 30), doc["max_block"])
-    speed = "" if frame["speed"] is None else f"; {frame['speed']:.2f}× plain decoding's speed so far"
-    figures = f"{frame['n']} tokens in {shown} target passes, where plain decoding needs {max(frame['n'] - 1, 0)}{speed}"
+    figures = frame_figures(frame, shown)
     legend = "underlined: accepted draft · boxed: the target's own token · struck through: rejected draft"
     right = WIDTH // 2 + 12
     lines = _wrap(draw, figures, fonts.small_sans, WIDTH - right - MARGIN, 2)

@@ -22,13 +22,14 @@ from functools import partial
 import gradio as gr
 
 from engine.interface import capabilities_of
-from storage.records import stored_model
+from storage.records import number_replies, stored_model
 
 from . import analytics as an
 from . import charts
 from .context import STORE_ERRORS, UIContext
 from .models import reply_model
 from .named import Outputs, checked, refused
+from .reasoning_view import analytics_parts_html
 from .render import esc
 from .teach_compare import (Comparison, comparison_record, rerun_settings, run_comparison,
                             sampling_from_settings, stored_run)
@@ -56,18 +57,20 @@ def session_choices(ctx: UIContext) -> list[tuple[str, int]]:
 
 
 def reply_choices(ctx: UIContext, session_id: int | None) -> list[tuple[str, int]]:
-    """The session's replies, newest last: "#seq · text… · N cycles · τ x"."""
+    """The session's replies, newest last: "reply 1 · text… · N cycles · τ x" (numbered as everywhere)."""
     if session_id is None:
         return []
     stats = {r["message_id"]: r for r in ctx.store.session_stats(session_id)["replies"]}
     choices = []
-    for m in ctx.store.get_messages(session_id):
-        if m["role"] != "assistant":
+    messages = ctx.store.get_messages(session_id)
+    numbers = number_replies(messages)
+    for m in messages:
+        if m["id"] not in numbers:
             continue
         r = stats.get(m["id"], {})
         preview = " ".join((m["content"] or "").split())[:40] or "(empty)"
         figures = f"{r.get('cycles') or 0} cycles" + (f" · τ {r['mean_tau']:.2f}" if r.get("mean_tau") else "")
-        choices.append((f"#{m['seq']} · {preview} · {figures}", m["id"]))
+        choices.append((f"reply {numbers[m['id']]} · {preview} · {figures}", m["id"]))
     return choices
 
 
@@ -219,7 +222,7 @@ def analytics_summary_html(data: an.SessionAnalytics) -> str:
                 f'<b>{counts.share(ranked[-1]):.0%}</b> of the {an.LABELS[ranked[-1]]}; the target wrote the rest '
                 '(the chart below has every kind of token).</p>' if len(ranked) >= 2 else "")
     return (f'<div id="analytics-kinds" class="ex-grid" style="display:grid;grid-template-columns:repeat(3,1fr);gap:8px">'
-            f'{"".join(cells)}</div>{by_region}{by_class}<p style="font-size:12px;opacity:.7">Session “{esc(data.title)}”. Kind is '
+            f'{"".join(cells)}</div>{by_region}{analytics_parts_html(data.by_part)}{by_class}<p style="font-size:12px;opacity:.7">Session “{esc(data.title)}”. Kind is '
             'detected from each reply: code when at least half of its text is in code fences or looks like code '
             '(Complete-mode replies are code).</p>')
 

@@ -40,7 +40,7 @@ def _share(ctx: UIContext, message_id):
 
 
 def _stem(share) -> str:
-    return f"dflash-replay-session{share.message['session_id']}-reply{share.message['seq']}"
+    return f"dflash-replay-session{share.message['session_id']}-reply{share.reply_number}"
 
 
 def share_file(ctx: UIContext, folder: Path, message_id) -> tuple:

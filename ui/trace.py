@@ -36,6 +36,7 @@ class Token:
     block_size: int
     draft_prob: float | None = None  # the draft's probability of its own proposal
     target_prob: float | None = None  # the target's probability of the drafted token
+    part: str = "answer"  # "reasoning" for a reasoning model's reasoning (engine.reasoning)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,12 @@ class TraceCycle:
     fallback_changed: bool = False
     next_block_size: int | None = None
     fallback_reason: str = ""
+    emitted_parts: tuple[str, ...] = ()  # empty: every token is answer
+    rejected_parts: tuple[str, ...] = ()
+
+    def part(self, j: int, rejected: bool = False) -> str:
+        parts = self.rejected_parts if rejected else self.emitted_parts
+        return parts[j] if j < len(parts) else "answer"
 
     def probs(self, j: int) -> tuple[float | None, float | None]:
         return self.slot_probs[j] if j < len(self.slot_probs) else (None, None)
@@ -76,7 +83,8 @@ class TraceCycle:
         f = cycle.fallback
         return cls(cycle.index, cycle.block_size, cycle.accepted, cycle.tau, tuple(cycle.emitted_pieces),
                    tuple(cycle.rejected_pieces), probs, cycle.draft_ms, cycle.verify_ms, cycle.cost_in_plain_steps,
-                   f.state, f.changed, f.next_block_size, f.reason)
+                   f.state, f.changed, f.next_block_size, f.reason, tuple(cycle.emitted_parts),
+                   tuple(cycle.rejected_parts))
 
     @classmethod
     def from_stored(cls, row: Mapping) -> TraceCycle:
@@ -89,7 +97,20 @@ class TraceCycle:
                    float(row.get("draft_ms") or 0.0), float(row.get("verify_ms") or 0.0),
                    row.get("cost_in_plain_steps"), str(fallback.get("state") or "fixed"), bool(fallback.get("changed")),
                    int(fallback["next_block_size"]) if fallback.get("next_block_size") else None,
-                   str(fallback.get("reason") or ""))
+                   str(fallback.get("reason") or ""), tuple(row.get("emitted_parts") or ()),
+                   tuple(row.get("rejected_parts") or ()))
+
+
+def _first_text(content: str, reasoning: str, cycles: list[TraceCycle]) -> tuple[str, str]:
+    """The prefill token's text and part: what the stored answer (or reasoning) holds before
+    the cycles' pieces of that part (a reply without cycles is drawn whole as one token)."""
+    if not cycles:
+        return "", "answer"
+    for part, whole in (("answer", content), ("reasoning", reasoning)):
+        emitted = "".join(piece for c in cycles for j, piece in enumerate(c.emitted_pieces) if c.part(j) == part)
+        if whole and whole.endswith(emitted) and len(whole) > len(emitted):
+            return whole[: len(whole) - len(emitted)], part
+    return "", "answer"
 
 
 def _stored_probs(slot) -> tuple[float | None, float | None]:
@@ -114,6 +135,7 @@ class ReplyTrace:
     accepted: list[int] = field(default_factory=list)
     cycle_ms: list[float] = field(default_factory=list)  # draft + verify per cycle
     cycle_steps: list[float | None] = field(default_factory=list)  # measured cost in plain steps per cycle
+    cycle_parts: list[str] = field(default_factory=list)  # per cycle: the part of its first emitted token
     fallback_states: list[str] = field(default_factory=list)
     max_block_size: int = 1
     prefill_ms: float = 0.0
@@ -130,11 +152,11 @@ class ReplyTrace:
         capabilities = CAPABILITIES.get(kind or "local")
         return cls(engine_note=engine_note(kind), measured_timings=capabilities is None or capabilities.timings)
 
-    def start(self, first_text: str, block_size: int = 1, prefill_ms: float = 0.0) -> None:
+    def start(self, first_text: str, block_size: int = 1, prefill_ms: float = 0.0, first_part: str = "answer") -> None:
         self.max_block_size = max(1, int(block_size or 1))
         self.prefill_ms = float(prefill_ms or 0.0)
         if first_text:
-            self.tokens.append(Token(first_text, "prefill", 0, 0, self.max_block_size))
+            self.tokens.append(Token(first_text, "prefill", 0, 0, self.max_block_size, part=first_part))
 
     def add_cycle(self, cycle: Cycle | Mapping) -> None:
         """One cycle: a live ``Cycle`` event, or a stored cycle dict (``SessionStore.get_cycles``)."""
@@ -143,12 +165,13 @@ class ReplyTrace:
         self.max_block_size = max(self.max_block_size, block)
         for j, piece in enumerate(pieces):
             if j < accepted:
-                self.tokens.append(Token(piece, "accepted", index, j + 1, block, *c.probs(j)))
+                self.tokens.append(Token(piece, "accepted", index, j + 1, block, *c.probs(j), part=c.part(j)))
         for k, piece in enumerate(c.rejected_pieces):
             j = accepted + k
-            self.tokens.append(Token(piece, "rejected", index, j + 1, block, *c.probs(j)))
+            self.tokens.append(Token(piece, "rejected", index, j + 1, block, *c.probs(j), part=c.part(k, True)))
         for j in range(accepted, len(pieces)):
-            self.tokens.append(Token(pieces[j], "bonus", index, j + 1, block))
+            self.tokens.append(Token(pieces[j], "bonus", index, j + 1, block, part=c.part(j)))
+        self.cycle_parts.append(c.part(0))
         self.taus.append(c.tau)
         self.block_sizes.append(block)
         self.accepted.append(accepted)
@@ -162,12 +185,12 @@ class ReplyTrace:
     @classmethod
     def from_stored(cls, content: str, cycles: list[dict], message: dict | None = None) -> "ReplyTrace":
         """Rebuild a stored reply: its text holds the prefill token followed by every cycle's pieces."""
-        emitted = "".join("".join(c.get("emitted_pieces") or []) for c in cycles)
-        first = content[: len(content) - len(emitted)] if emitted and content.endswith(emitted) else ""
+        reasoning = (message or {}).get("reasoning") or ""
+        first, first_part = _first_text(content, reasoning, [TraceCycle.from_stored(c) for c in cycles])
         settings = (message or {}).get("settings") or {}
         trace = cls.for_engine(settings.get("engine"))
         trace.start(first, max([c["block_size"] for c in cycles] + [int(settings.get("block_size") or 1)]),
-                    (message or {}).get("prefill_ms") or 0.0)
+                    (message or {}).get("prefill_ms") or 0.0, first_part)
         for cycle in cycles:
             trace.add_cycle(cycle)
         if not cycles and content:
@@ -181,7 +204,21 @@ class ReplyTrace:
     # ------------------------------------------------------------------ figures
     @property
     def text(self) -> str:
-        return "".join(t.text for t in self.tokens if t.origin != "rejected")
+        """The answer (a reasoning model's reasoning is ``reasoning``)."""
+        return "".join(t.text for t in self.tokens if t.origin != "rejected" and t.part == "answer")
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(t.text for t in self.tokens if t.origin != "rejected" and t.part == "reasoning")
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return sum(1 for t in self.tokens if t.origin != "rejected" and t.part == "reasoning")
+
+    def acceptance_counts_of(self, part: str) -> AcceptanceCounts:
+        """``acceptance_counts`` of the cycles that began in ``part`` (reasoning or answer)."""
+        return AcceptanceCounts.of((b, a, t) for b, a, t, p in zip(self.block_sizes, self.accepted, self.taus,
+                                                                   self.cycle_parts) if p == part)
 
     @property
     def new_tokens(self) -> int:

@@ -714,6 +714,11 @@ def extra_prompt_rows(prompts_file: Path | str | None, seed: int, log=print) -> 
         from .request_data import draft_prompt_rows
 
         return draft_prompt_rows(seed)
+    if str(prompts_file) == "coder":  # the `--data coder` target's prompts (follow-ups too) and wide ones
+        from .draft_prompts import wide_prompt_rows
+        from .request_data import draft_prompt_rows
+
+        return draft_prompt_rows(seed, 3000, coder=True) + wide_prompt_rows(seed, 3000, log)
     if str(prompts_file) == "requests-wide":  # and prompts it never saw (draft_prompts)
         from .draft_prompts import wide_draft_prompt_rows
 

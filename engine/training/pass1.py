@@ -15,7 +15,14 @@ and the socket modules refused either way), and ``__name__`` that is not ``"__ma
 
 Rows with the same ``chat`` id, in file order, also make **follow-ups**: the requests sent one
 after another in one chat, each with the conversation so far (the model's own replies
-included) through the chat template, as the app sends them."""
+included) through the chat template, as the app sends them. A row marked ``"edit": true``
+changes the function of the turn before ("now make it raise ValueError for negatives", "call
+it X instead"): its tests check the function as it should be after the edit, and it is only
+ever judged as a follow-up, since an edit alone asks for nothing.
+
+Three sets ship (``PASS1_SETS``): two of one-line requests (the second written apart from the
+first, to see how far a figure on one holds on another) and one of conversations whose later
+turns edit the previous function."""
 
 from __future__ import annotations
 
@@ -29,6 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PASS1_FILE = "requests_pass1.jsonl"
+PASS1_B_FILE = "requests_pass1_b.jsonl"
+EDITS_FILE = "followups_pass1.jsonl"
+# the sets `train eval --pass1` scores, by the name its --pass1-sets option takes
+PASS1_SETS = {"requests": PASS1_FILE, "requests_b": PASS1_B_FILE, "edits": EDITS_FILE}
 RESULT_MARK = "\x00pass1-result\x00"
 # CLONE_NEWNET alone (root), else with CLONE_NEWUSER (an unprivileged user namespace)
 _NEWNET, _NEWUSER = 0x40000000, 0x10000000
@@ -42,6 +53,7 @@ class Pass1Task:
     tests: tuple[str, ...]
     solution: str = ""  # a reference solution: the tests are checked against it
     chat: str | None = None  # rows with the same id, in file order, are one chat's follow-ups
+    edit: bool = False  # changes the previous turn's function: judged only as a follow-up
 
 
 @dataclass(frozen=True)
@@ -60,13 +72,28 @@ class TestRun:
 
 
 def read_tasks(path: Path) -> list[Pass1Task]:
+    """The rows of a set; an edit row must follow an earlier turn of its chat (it edits that turn's function)."""
+    from engine.errors import InvalidRequestError
+
     tasks = []
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         if line.strip():
             row = json.loads(line)
             tasks.append(Pass1Task(row["name"], row["prompt"], row["entry_point"], tuple(row["tests"]),
-                                   row.get("solution", ""), row.get("chat")))
+                                   row.get("solution", ""), row.get("chat"), bool(row.get("edit", False))))
+    opened: set[str] = set()
+    for task in tasks:
+        if task.edit and (task.chat is None or task.chat not in opened):
+            raise InvalidRequestError(f"{path}: {task.name} edits the previous turn's function, "
+                                      "but no earlier row of its chat comes before it")
+        if task.chat is not None:
+            opened.add(task.chat)
     return tasks
+
+
+def standalone(tasks: list[Pass1Task]) -> list[Pass1Task]:
+    """The requests that make sense alone (a new chat): every row but the edits."""
+    return [task for task in tasks if not task.edit]
 
 
 def chats(tasks: list[Pass1Task]) -> list[list[Pass1Task]]:
@@ -250,9 +277,9 @@ def tally(verdicts: list[ReplyVerdict]) -> dict:
 
 @dataclass
 class PairReplies:
-    """Greedy replies of one pair: each request alone, and the follow-ups of each chat."""
+    """Greedy replies of one pair: each request alone (edits excepted), and the follow-ups of each chat."""
 
-    alone: dict[str, tuple[str, int]]  # task name -> (reply text, new tokens)
+    alone: dict[str, tuple[str, int]]  # task name -> (reply text, new tokens), standalone tasks only
     followups: list[list[tuple[str, str, int]]]  # per chat: (task name, reply, new tokens) for turns 2, 3 …
     identical: int | None = None  # replies equal to plain decoding's (with compare_plain)
     compared: int = 0
@@ -279,7 +306,7 @@ def pair_replies(engine, tasks: list[Pass1Task], max_new_tokens: int = 160, foll
             out.compared += 1
         return finished.text, finished.new_tokens
 
-    for task in tasks:
+    for task in standalone(tasks):
         out.alone[task.name] = reply([{"role": "user", "content": task.prompt}])
         log(f"  alone     {task.name:22} {out.alone[task.name][1]:4d} tokens")
     for chat in chats(tasks) if followups else []:
@@ -318,9 +345,10 @@ def trained_names() -> set[str]:
 
 def score_pair(tasks: list[Pass1Task], replies: PairReplies, limits: SandboxLimits = SandboxLimits(),
                log=print) -> dict:
-    """pass@1 of the replies: alone, by follow-up turn, and for the same requests alone."""
+    """pass@1 of the replies: alone (edits never), by follow-up turn, for the follow-ups'
+    requests alone, and whole chats (the first turn alone and every follow-up passed)."""
     by_name = {task.name: task for task in tasks}
-    alone = [judge(task, *replies.alone[task.name], 1, limits) for task in tasks]
+    alone = [judge(task, *replies.alone[task.name], 1, limits) for task in standalone(tasks)]
     for v in alone:
         log(f"{'pass' if v.lenient.passed else 'FAIL'} {v.name:22} strict={v.strict.outcome[:70]!r}")
     follow = [judge(by_name[name], text, tokens, turn, limits)
@@ -328,18 +356,34 @@ def score_pair(tasks: list[Pass1Task], replies: PairReplies, limits: SandboxLimi
     same_alone = [v for v in alone if v.name in {f.name for f in follow}]
     trained = trained_names()
     report = {
+        "edit_followups": any(task.edit for task in tasks),
         "alone": tally(alone),
         "alone_trained_topic": tally([v for v in alone if by_name[v.name].entry_point in trained]),
         "alone_other_topic": tally([v for v in alone if by_name[v.name].entry_point not in trained]),
         "followups": tally(follow),
         "followups_by_turn": {str(t): tally([v for v in follow if v.turn == t]) for t in sorted({v.turn for v in follow})},
         "followup_requests_alone": tally(same_alone),
+        "whole_chats": whole_chats(tasks, alone, follow),
         "mean_new_tokens": round(sum(v.new_tokens for v in alone) / max(1, len(alone)), 1),
         "mean_tau": round(sum(replies.taus) / len(replies.taus), 3) if replies.taus else None,
         "identical": None if replies.identical is None else f"{replies.identical}/{replies.compared}",
         "replies": [_verdict_row(v) for v in alone + follow],
     }
     return report
+
+
+def whole_chats(tasks: list[Pass1Task], alone: list[ReplyVerdict], follow: list[ReplyVerdict]) -> dict:
+    """Chats whose every turn passed, the first request alone and each follow-up (strict,
+    lenient); only the chats that were followed up count."""
+    first_turns = {v.name: v for v in alone}
+    later_turns = {v.name: v for v in follow}
+    whole = []
+    for chat in chats(tasks):
+        turns = [first_turns.get(chat[0].name)] + [later_turns.get(task.name) for task in chat[1:]]
+        if len(turns) > 1 and all(turns):
+            whole.append(turns)
+    return {"n": len(whole), "strict": sum(all(v.strict.passed for v in turns) for turns in whole),
+            "lenient": sum(all(v.lenient.passed for v in turns) for turns in whole)}
 
 
 def _verdict_row(v: ReplyVerdict) -> dict:

@@ -500,25 +500,36 @@ def build_task_streams(tokenizer, corpus: Path | None, seed: int, log=print) -> 
     return streams
 
 
-def draft_prompt_rows(seed: int, n: int = 2400) -> list[dict]:
+def draft_prompt_rows(seed: int, n: int = 2400, coder: bool = False) -> list[dict]:
     """Prompts for `train draft --prompts requests`: what users of the request -> code target
     send (chat requests in the training phrasings, and def/class lines to continue, healed as the
     Complete tab sends them), so the draft learns the target's replies to exactly those.
-    Drawn from the task families and record tasks; the held-out requests are never among them."""
+    Drawn from the task families and record tasks; the held-out requests are never among them.
+    ``coder`` (`--prompts coder`): the `--data coder` target's prompts: the extra tasks too, every
+    request in any of its wordings, and a fifth of them follow-ups that ask to edit a first reply
+    (``messages`` rows, the first reply the task's solution)."""
     from engine.prompts import heal_code_prompt
 
+    from .followups import followup_chats
     from .record_tasks import record_tasks
+    from .task_data import extra_tasks, paraphrases
     from .task_families import all_tasks
 
     rng = random.Random(seed)
-    tasks = all_tasks() + record_tasks(seed, combos_per_thing=1)
+    wordings = paraphrases() if coder else {}
+    tasks = all_tasks() + (extra_tasks() if coder else []) + record_tasks(seed, combos_per_thing=1)
     rng.shuffle(tasks)
     rows = []
     for task in tasks:
         if len(rows) >= n:
             break
-        if rng.random() < 0.75:
-            rows.append({"kind": "chat", "prompt": task_requests(task, 1, rng)[0]})
+        draw = rng.random()
+        if coder and draw < 0.2 and task.code.startswith("def "):
+            chats = followup_chats([task], rng, lambda t, r: task_requests(t, 1, r, 0.0, wordings)[0], max_turns=2)
+            if chats:
+                rows.append({"kind": "chat", "messages": chats[0][:-1]})
+        elif draw < 0.75:
+            rows.append({"kind": "chat", "prompt": task_requests(task, 1, rng, 0.0, wordings)[0]})
         else:
             first_line = task.code.split("\n", 1)[0] + "\n"
             rows.append({"kind": "complete", "prompt": heal_code_prompt(first_line)})

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..chat_formats import ChatFormat, ChatOptions, chat_format, end_token_ids
 from ..config import FallbackConfig, SamplingConfig
 from ..detok import IncrementalDetokenizer
 from ..errors import CheckpointError, DFlashError, EngineUnavailableError, InvalidRequestError
@@ -140,6 +141,7 @@ def stop_token_ids(tokenizer, target_dir: Path) -> list[int]:
         ids.extend(value if isinstance(value, list) else [value] if value is not None else [])
     if getattr(tokenizer, "eos_token_id", None) is not None:
         ids.append(tokenizer.eos_token_id)
+    ids.extend(end_token_ids(tokenizer))  # the chat format's own, as the local engine stops
     return sorted(set(int(i) for i in ids))
 
 
@@ -230,6 +232,10 @@ class VLLMEngine:
         return has_chat_template(self.tokenizer)
 
     @property
+    def chat_format(self) -> ChatFormat:
+        return chat_format(self.tokenizer)
+
+    @property
     def capabilities(self) -> Capabilities:
         return VLLM_CAPABILITIES
 
@@ -243,8 +249,8 @@ class VLLMEngine:
                 "log": str(self.server.log_path) if self.server else "", "merged_chunks": self.merged_chunks}
 
     # ---------------------------------------------------------------- prompts
-    def encode(self, prompt: str | list[Message], raw: bool = False) -> list[int]:
-        return encode_prompt(self.tokenizer, prompt, raw)
+    def encode(self, prompt: str | list[Message], raw: bool = False, chat: ChatOptions | None = None) -> list[int]:
+        return encode_prompt(self.tokenizer, prompt, raw, chat)
 
     def decode(self, token_ids) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)

@@ -311,3 +311,18 @@ def test_showing_another_session_mid_reply_leaves_that_reply_running_where_it_be
         time.sleep(0.1)
     reply = studio.store.get_messages(long_id)[-1]
     assert reply["status"] == "interrupted" and len(reply["content"].split()) < 400
+
+
+def test_searching_sessions_lists_the_best_match_with_its_words_marked(page, fake_app):
+    studio, engine, _ = fake_app
+    engine.enqueue(FakeReply("The pivot splits the list in two.\n"))
+    send(page, "Explain quicksort's pivot choice")
+    wait_replies(page, 1)
+    page.fill("#session-search input, #session-search textarea", "PIVOT")
+    label = page.locator("#session-list label", has_text="«pivot»")
+    label.first.wait_for()
+    assert "«" in label.first.inner_text()  # the match in context, in the list itself
+    page.fill("#session-search input, #session-search textarea", "zebra-unicorn")
+    page.wait_for_function("document.querySelectorAll('#session-list label').length === 0")
+    page.fill("#session-search input, #session-search textarea", "")
+    page.locator("#session-list label").first.wait_for()

@@ -1,5 +1,5 @@
 """Gradio fires the first tab's select while a page loads. However late that answer comes, it
-must not blank the figures of the session the reload restored (it once did, now and then)."""
+must not blank the figures of the session the reload restored."""
 
 from __future__ import annotations
 

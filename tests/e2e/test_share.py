@@ -103,9 +103,13 @@ def test_contract_keyboard_and_final_frame_from_file_with_the_network_blocked(of
     origins = page.evaluate("[...document.querySelectorAll('[data-origin]')].map(e => e.dataset.origin)")
     assert set(origins) == {"accepted", "bonus", "rejected"}
     assert page.evaluate(KEPT) == content == DEFAULT_TEXT
-    assert page.locator("#rp-text [data-origin='rejected']").count() > 0  # rejected drafts stay, struck through
+    assert page.locator(f"#rp-text [data-origin='rejected']:not([data-cycle='{cycles}'])").count() == 0
+    assert page.locator(f"#rp-text [data-origin='rejected'][data-cycle='{cycles}']").count() > 0  # its own stay
+    page.check("#rp-show-rejected")  # the box brings them back, struck through
+    assert page.locator(f"#rp-text [data-origin='rejected']:not([data-cycle='{cycles}'])").count() > 0
     assert page.evaluate("getComputedStyle(document.querySelector('#rp-text [data-origin=rejected]'))"
                          ".textDecorationLine") == "line-through"
+    page.uncheck("#rp-show-rejected")
     assert page.evaluate("getComputedStyle(document.querySelector('#rp-text [data-origin=accepted]'))"
                          ".textDecorationLine") == "underline"
     page.keyboard.press("Home")
@@ -151,14 +155,16 @@ def test_the_race_plays_both_runs_on_one_clock_and_says_the_output_is_identical(
     race = page.locator("#rp-race")
     assert race.get_attribute("data-identical") == "true" and "Identical output" in page.inner_text("#race-verdict")
     end = float(race.get_attribute("data-end-ms"))
-    fast_end = page.evaluate("(() => { const d = JSON.parse(document.getElementById('replay-data').textContent);"
-                             " const s = d.race.dflash.steps; return s[s.length - 1][0]; })()")
-    assert 0 < fast_end < end  # DFlash finishes first on the measured clock
-    # just after DFlash's last step: its lane is done, plain decoding's is not
-    page.locator("#race-slider").fill(str(min(999, int(1000 * fast_end / end) + 1)))
-    assert page.get_attribute("#race-dflash", "data-done") == "true"
-    assert page.get_attribute("#race-plain", "data-done") == "false"
-    assert page.inner_text("#race-dflash .lane-text") == content
+    finish = page.evaluate("(() => { const d = JSON.parse(document.getElementById('replay-data').textContent);"
+                           " const last = (s) => s[s.length - 1][0]; return [last(d.race.plain.steps),"
+                           " last(d.race.dflash.steps)]; })()")
+    first, later = ("plain", "dflash") if finish[0] < finish[1] else ("dflash", "plain")
+    assert 0 < min(finish) < max(finish) == end  # the race ends on the later lane's last step
+    # just after the first lane's last step: that lane is done, the other is not
+    page.locator("#race-slider").fill(str(min(999, int(1000 * min(finish) / end) + 1)))
+    assert page.get_attribute(f"#race-{first}", "data-done") == "true"
+    assert page.get_attribute(f"#race-{later}", "data-done") == "false"
+    assert page.inner_text(f"#race-{first} .lane-text") == content
     # played in real time (the FakeEngine's runs take a fraction of a second), both lanes finish
     page.click("#race-reset")
     assert race.get_attribute("data-race-state") == "ready" and page.inner_text("#race-plain .lane-text") == ""
@@ -167,6 +173,51 @@ def test_the_race_plays_both_runs_on_one_clock_and_says_the_output_is_identical(
     assert page.inner_text("#race-plain .lane-text") == plain == content
     assert page.get_attribute("#race-plain", "data-done") == "true"
     assert offline.blocked == [] and offline.dialogs == []
+
+
+def test_at_the_finish_both_lanes_count_every_token_even_off_the_rounding(offline, tmp_path):
+    """A lane whose last step falls between two tenths of a millisecond (100.04 ms) still counts
+    to N of N at the finish: the race ends on the lanes' own last steps."""
+    with SessionStore(tmp_path / "sessions.db") as store:
+        session_id, reply_id = store_fake_reply(store)
+        record = store.get_comparison(reply_id)
+        for step in record["plain"]["steps"]:
+            step[0] += 0.04
+        store.save_comparison(reply_id, record)
+        tokens = 1 + sum(int(c["tau"]) for c in store.get_cycles(reply_id))
+        path = tmp_path / "replay.html"
+        path.write_text(replay_html(load_share(store, session_id)), encoding="utf-8")
+    offline.open(path)
+    page = offline.page
+    page.click("#race-end")
+    assert page.get_attribute("#rp-race", "data-race-state") == "finished"
+    for lane in ("plain", "dflash"):
+        assert page.inner_text(f"#race-{lane} .lane-count") == f"{tokens} of {tokens} tokens", lane
+        assert page.get_attribute(f"#race-{lane}", "data-done") == "true", lane
+
+
+def test_a_hidden_rejected_line_break_breaks_no_line(offline, tmp_path):
+    """Rejected drafts of earlier cycles are off by default: one that was a line break leaves the
+    reply's lines as the target wrote them; ticking the box shows it (struck through) again."""
+    text = "def f(x):\n    return x\n"
+    with SessionStore(tmp_path / "sessions.db") as store:
+        session_id, reply_id = store_fake_reply(store, text=text, accept=(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+        cycles = store.get_cycles(reply_id)
+        path = tmp_path / "replay.html"
+        path.write_text(replay_html(load_share(store, session_id)), encoding="utf-8")
+    def breaks(pieces) -> int:
+        return sum(piece.count("\n") for piece in pieces)
+
+    earlier = breaks(p for c in cycles[:-1] for p in c["rejected_pieces"])
+    shown = breaks(cycles[-1]["rejected_pieces"])  # the cycle shown keeps its own rejected drafts
+    assert earlier > 0  # the draft proposed line breaks the target refused
+    offline.open(path)
+    page = offline.page
+    page.keyboard.press("End")
+    assert not page.is_checked("#rp-show-rejected")
+    assert page.inner_text("#rp-text").count("\n") == text.count("\n") + shown  # hidden ones break no line
+    page.check("#rp-show-rejected")
+    assert page.inner_text("#rp-text").count("\n") == text.count("\n") + shown + earlier
 
 
 def test_the_xss_corpus_as_text_title_and_model_runs_nothing_and_fetches_nothing(browser, tmp_path):
@@ -214,11 +265,13 @@ def test_the_watch_sees_a_fetch_and_a_script_when_a_page_makes_them(browser, tmp
         offline.close()
 
 
-def download(page, selector: str, folder, name: str):
+def download(page, selector: str, folder, name: str, suggested: list | None = None):
     with page.expect_download() as info:
         page.click(selector)
     target = folder / name
     info.value.save_as(target)
+    if suggested is not None:
+        suggested.append(info.value.suggested_filename)
     return target
 
 
@@ -232,8 +285,11 @@ def test_teach_share_and_gif_buttons_download_the_replay_of_the_reply_shown(page
     session_id = studio.store.list_sessions(limit=1)[0]["id"]
     reply = studio.store.get_messages(session_id)[-1]
     page.wait_for_selector("#teach-share:not([disabled])")
-    first = download(page, "#teach-share", tmp_path, "first.html").read_text(encoding="utf-8")
+    names: list[str] = []
+    first = download(page, "#teach-share", tmp_path, "first.html", names).read_text(encoding="utf-8")
     assert f'data-cycles="{len(studio.store.get_cycles(reply["id"]))}"' in first and 'data-race="none"' in first
+    # the session's first reply is reply 1, in the page and in the file's name
+    assert "Reply 1 by" in first and names[0] == f"dflash-replay-session{session_id}-reply1.html"
     # after Compare, the file races plain decoding against DFlash
     page.click("#compare")
     page.wait_for_selector("#compare-result [data-identical]", timeout=30_000)

@@ -173,6 +173,20 @@ def test_the_tab_opens_on_the_session_the_chat_shows(page, fake_app):
     page.wait_for_function("document.querySelector('#teach-session input').value.includes('A brand new')")
 
 
+def test_after_complete_the_teach_tab_shows_no_panel_of_another_tab(page, fake_app):
+    """The reply figures under the tabs belong to Chat and Complete: Teach draws its own reply,
+    so Complete's (empty) panel must not sit under it; back on Chat they show again."""
+    page.click("#complete-tab-button")
+    page.wait_for_selector("#token-view", state="visible")
+    open_teach(page)
+    page.wait_for_selector("#reply-figures", state="hidden")
+    assert not page.is_visible("#token-view") and not page.is_visible("#stats")
+    page.click("#complete-tab-button")
+    page.wait_for_selector("#token-view", state="visible")
+    page.click("#chat-tab-button")
+    page.wait_for_selector("#stats", state="visible")
+
+
 # ---------------------------------------------------------------------------- a real engine
 
 

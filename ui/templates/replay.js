@@ -1,100 +1,5 @@
-"""The replay page's style and script (``share_page`` puts both inline and allows them by hash).
-
-Origins show by shape as well as by colour (colour-blind safe): accepted tokens are underlined,
-the target's own (bonus) tokens are boxed, rejected drafts are struck through; the colours are
-Okabe-Ito's bluish green, blue and vermillion. Light and dark looks follow the system
-(``prefers-color-scheme``) until the theme button picks one. The script draws every piece of
-text with ``textContent``, never as markup.
-"""
-
-REPLAY_CSS = r"""
-:root { --bg: #ffffff; --fg: #1d1d22; --muted: #5d5d6a; --card: #f5f5f8; --line: #d5d5dd;
-  --acc: #00795a; --acc-bg: rgba(0,158,115,.16); --bon: #0061a0; --bon-bg: rgba(0,114,178,.14);
-  --rej: #b34700; --rej-bg: rgba(213,94,0,.12); --now: rgba(230,159,0,.30); --mask: #e9e9ef; color-scheme: light; }
-@media (prefers-color-scheme: dark) {
-  :root:not([data-theme="light"]) { --bg: #15161a; --fg: #e8e8ee; --muted: #a4a4b2; --card: #1f2026; --line: #3a3b45;
-    --acc: #4fd1a5; --acc-bg: rgba(0,158,115,.25); --bon: #6cb8ff; --bon-bg: rgba(0,114,178,.30);
-    --rej: #ff9a52; --rej-bg: rgba(213,94,0,.22); --now: rgba(230,159,0,.35); --mask: #2b2c34; color-scheme: dark; }
-}
-:root[data-theme="dark"] { --bg: #15161a; --fg: #e8e8ee; --muted: #a4a4b2; --card: #1f2026; --line: #3a3b45;
-  --acc: #4fd1a5; --acc-bg: rgba(0,158,115,.25); --bon: #6cb8ff; --bon-bg: rgba(0,114,178,.30);
-  --rej: #ff9a52; --rej-bg: rgba(213,94,0,.22); --now: rgba(230,159,0,.35); --mask: #2b2c34; color-scheme: dark; }
-* { box-sizing: border-box; }
-body { margin: 0; background: var(--bg); color: var(--fg); font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
-main { max-width: 1100px; margin: 0 auto; padding: 16px; }
-header { display: flex; justify-content: space-between; align-items: flex-start; gap: 12px; }
-h1 { font-size: 22px; margin: 0 0 4px; overflow-wrap: anywhere; }
-h2 { font-size: 13px; text-transform: uppercase; letter-spacing: .04em; color: var(--muted); margin: 6px 0; }
-.sub, .muted { color: var(--muted); }
-.small { font-size: 13px; }
-.mono, .tok, .cell, .slot .t { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", monospace; }
-.card { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 10px 12px; margin: 10px 0; }
-.about { display: grid; grid-template-columns: repeat(auto-fit, minmax(300px, 1fr)); gap: 10px; }
-.about .card { margin: 0; }
-table { border-collapse: collapse; font-size: 14px; }
-th, td { text-align: left; padding: 2px 10px 2px 0; vertical-align: top; }
-th { font-weight: 500; color: var(--muted); }
-button, select, input { font: inherit; color: inherit; }
-button, select { background: var(--bg); border: 1px solid var(--line); border-radius: 6px; padding: 4px 10px; cursor: pointer; }
-button:focus-visible, select:focus-visible, input:focus-visible { outline: 3px solid var(--bon); outline-offset: 1px; }
-.controls { display: flex; flex-wrap: wrap; align-items: center; gap: 8px; }
-#rp-slider, #race-slider { flex: 1 1 220px; accent-color: var(--bon); }
-.keys { font-size: 12px; }
-#rp-caption { font-size: 16px; line-height: 1.55; }
-.row { display: flex; flex-wrap: wrap; gap: 5px; align-items: stretch; margin-bottom: 6px; }
-.cell { min-width: 46px; padding: 4px 7px; border: 1px dashed var(--muted); border-radius: 5px; text-align: center; font-size: 13px; white-space: pre; }
-.cell[data-role="anchor"] { border: 2px solid var(--bon); background: var(--bon-bg); }
-.cell[data-role="mask"] { color: var(--muted); background: var(--mask); }
-.slot { display: flex; flex-direction: column; align-items: center; min-width: 58px; padding: 4px 7px; border-radius: 7px;
-  border: 2px solid var(--line); background: var(--bg); font-size: 12px; }
-.slot .n { font-size: 10px; color: var(--muted); }
-.slot .t { font-size: 14px; white-space: pre; }
-.slot .m { font-weight: 700; }
-.slot .p { font-size: 10px; color: var(--muted); }
-.slot[data-verdict="anchor"] { border-color: var(--bon); }
-.slot[data-verdict="accepted"] { border-color: var(--acc); background: var(--acc-bg); }
-.slot[data-verdict="accepted"] .t { text-decoration: underline 2px var(--acc); text-underline-offset: 3px; }
-.slot[data-verdict="accepted"] .m { color: var(--acc); }
-.slot[data-verdict="rejected"] { border: 2px dashed var(--rej); background: var(--rej-bg); }
-.slot[data-verdict="rejected"] .t { text-decoration: line-through 2px var(--rej); }
-.slot[data-verdict="rejected"] .m { color: var(--rej); }
-.slot[data-verdict="unverified"] { border: 2px dotted var(--muted); opacity: .6; }
-.slot[data-verdict="bonus"] { border: 4px double var(--bon); background: var(--bon-bg); }
-.slot[data-verdict="bonus"] .m { color: var(--bon); }
-.sep { align-self: center; font-size: 20px; color: var(--muted); }
-#rp-text { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 14px; line-height: 1.75; max-height: 460px; overflow-y: auto;
-  background: var(--bg); border: 1px solid var(--line); border-radius: 6px; padding: 8px; }
-.tok { border-radius: 2px; }
-.tok[data-origin="accepted"], .tok[data-legend="accepted"] { background: var(--acc-bg); text-decoration: underline 2px var(--acc); text-underline-offset: 3px; }
-.tok[data-origin="bonus"], .tok[data-legend="bonus"] { background: var(--bon-bg); box-shadow: inset 0 0 0 1px var(--bon); }
-.tok[data-origin="rejected"], .tok[data-legend="rejected"] { color: var(--rej); text-decoration: line-through 2px var(--rej); opacity: .7; background: var(--rej-bg); }
-.tok.now { outline: 2px solid #e69f00; outline-offset: 0; }
-#rp-text .tok.now[data-origin] { background-image: linear-gradient(var(--now), var(--now)); }
-#rp-chart { width: 100%; height: 120px; display: block; background: var(--bg); border: 1px solid var(--line); border-radius: 6px; }
-#rp-chart .bar { fill: var(--acc); opacity: .85; }
-#rp-chart .bar.later { fill: var(--muted); opacity: .25; }
-#rp-chart .bar.now { fill: #e69f00; opacity: 1; }
-#rp-chart .limit { stroke: var(--muted); stroke-dasharray: 4 4; stroke-width: 1; }
-.chart-axis { display: flex; justify-content: space-between; font-size: 11px; color: var(--muted); gap: 8px; }
-#rp-speed-now { font-size: 16px; margin: 6px 0 0; }
-.lanes { display: grid; grid-template-columns: 1fr 1fr; gap: 10px; margin-top: 8px; }
-@media (max-width: 700px) { .lanes { grid-template-columns: 1fr; } }
-.lane { border: 1px solid var(--line); border-radius: 8px; padding: 6px 8px; background: var(--bg); min-width: 0; }
-.lane[data-done="true"] { border: 2px solid var(--acc); }
-.lane-bar { height: 8px; background: var(--mask); border-radius: 4px; overflow: hidden; margin: 4px 0; }
-.lane-fill { display: block; height: 100%; width: 0; background: var(--bon); }
-#race-dflash .lane-fill { background: var(--acc); }
-.lane-text { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 12px; max-height: 320px; overflow-y: auto; margin: 0; }
-.lane-text .chunk:nth-child(even) { background: var(--acc-bg); }
-#race-plain .lane-text .chunk:nth-child(even) { background: transparent; }
-#race-verdict { font-size: 15px; }
-#race-verdict[data-identical="true"] b { color: var(--acc); }
-#race-verdict[data-identical="false"] b { color: var(--rej); }
-.note { font-size: 14px; }
-footer { margin: 16px 0 8px; }
-"""
-
-REPLAY_JS = r"""
+// The replay page's script (ui/share_page.py puts it inline and allows it by its hash). It draws
+// every piece of text with textContent, never as markup.
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("replay-data").textContent);
@@ -180,11 +85,16 @@ REPLAY_JS = r"""
       (f.cache ? " \u00b7 " + f.cache : "") + (f.fb ? " \u00b7 fallback: " + f.fb : "");
   }
 
+  // An earlier cycle's rejected drafts are left out unless the box is ticked: the reply then reads
+  // as the target wrote it (a rejected line break would break its lines); the cycle shown keeps its own.
   function drawText(k) {
     var box = $("rp-text");
+    var allRejected = $("rp-show-rejected").checked;
+    box.dataset.rejected = allRejected ? "all" : "current";
     var frag = document.createDocumentFragment();
     for (var f = 0; f <= k; f++) {
       frames[f].tok.forEach(function (t) {
+        if (t[1] === "rejected" && f < k && !allRejected) { return; }
         var span = node("span", "tok", t[0]);
         span.dataset.origin = t[1];
         span.dataset.cycle = String(f);
@@ -262,15 +172,17 @@ REPLAY_JS = r"""
   $("rp-play").addEventListener("click", toggle);
   $("rp-slider").addEventListener("input", function (e) { step(e.target.value); });
   $("rp-speed").addEventListener("change", function () { if (timer !== null) { pause(); play(); } });
+  $("rp-show-rejected").addEventListener("change", function () { drawText(shown); });
 
   document.addEventListener("keydown", function (e) {
     if (e.altKey || e.ctrlKey || e.metaKey || e.defaultPrevented) { return; }
     var t = e.target, tag = t && t.tagName;
-    if (tag === "SELECT" || tag === "TEXTAREA" || (tag === "INPUT" && t.type !== "range")) { return; }
-    var onSlider = tag === "INPUT";  // a range slider moves itself one cycle on arrows, Home and End
+    var onBox = tag === "INPUT" && t.type === "checkbox";
+    if (tag === "SELECT" || tag === "TEXTAREA" || (tag === "INPUT" && t.type !== "range" && !onBox)) { return; }
+    var onSlider = tag === "INPUT" && !onBox;  // a range slider moves itself one cycle on arrows, Home and End
     var key = e.key;
     if (key === " " || key === "Spacebar") {
-      if (tag === "BUTTON") { return; }  // space presses the focused button
+      if (tag === "BUTTON" || onBox) { return; }  // space presses the focused button, ticks the focused box
       toggle();
     } else if (onSlider) {
       return;
@@ -293,7 +205,11 @@ REPLAY_JS = r"""
   function setUpRace(race) {
     var section = $("rp-race");
     var names = ["plain", "dflash"];
-    var end = Number(section.dataset.endMs) || 0;
+    var end = 0;  // the later lane's last step: at the end both lanes show every token
+    names.forEach(function (name) {
+      var steps = race[name].steps;
+      if (steps.length) { end = Math.max(end, steps[steps.length - 1][0]); }
+    });
     var clock = 0, raf = null, wallStart = 0, clockStart = 0;
     var slider = $("race-slider");
     var totals = {};
@@ -360,4 +276,3 @@ REPLAY_JS = r"""
   if (data.race) { setUpRace(data.race); }
   go(0);
 })();
-"""

@@ -21,7 +21,6 @@ import re
 import secrets
 from urllib.parse import urlsplit
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request
@@ -36,6 +35,8 @@ from engine.events import Failed, Finished
 from engine.interface import capabilities_of
 from engine.shipped import name_slug
 from engine.stops import unsafe_tail
+from service.items import EventItem, Refused, ReplyError
+from service.replies import ReplyService
 
 from .api_render import Envelope, ReplyTally, error_body
 from .api_requests import (
@@ -77,9 +78,9 @@ def model_id(key: str) -> str:
 
 @dataclass
 class ApiService:
-    """What the routes need: the page's context (store, engine host, Stop flags) and settings."""
+    """What the routes need: the reply service (store, engine host, Stop flags) and settings."""
 
-    ctx: Any  # ui.context.UIContext
+    replies: ReplyService
     config: ApiConfig = field(default_factory=ApiConfig)
     defaults: Defaults = field(default_factory=Defaults)
     login_required: bool = False  # the page needs a login (--auth): then /v1 needs a key too
@@ -109,13 +110,13 @@ class ApiService:
 
     def model_cards(self) -> list[dict]:
         """One card per pair the Studio can run, the loaded one first."""
-        host = self.ctx.engines
+        host = self.replies.engines
         keys = [choice.key for choice in host.models()]
         current = host.current_key
         return [self.model_card(key) for key in sorted(keys, key=lambda key: key != current)]
 
     def model_card(self, key: str) -> dict:
-        host = self.ctx.engines
+        host = self.replies.engines
         choice = host.catalog[key]
         loaded = key == host.current_key
         engine = host.engine if loaded else None
@@ -130,10 +131,10 @@ class ApiService:
     def check_model(self, name: str | None) -> str:
         """The menu key a request's ``model`` names (None: the loaded one); 404 for no pair here."""
         if name is None:
-            return self.ctx.engines.current_key
-        key = self.ctx.engines.resolve(name)
+            return self.replies.engines.current_key
+        key = self.replies.engines.resolve(name)
         if key is None:
-            ids = ", ".join(model_id(choice.key) for choice in self.ctx.engines.models())
+            ids = ", ".join(model_id(choice.key) for choice in self.replies.engines.models())
             raise ApiError(404, f"The model '{name}' does not exist here; this server has {ids} "
                                 "(GET /v1/models).", param="model", code="model_not_found")
         return key
@@ -142,9 +143,9 @@ class ApiService:
         """Refuse a request the loaded engine cannot take (prompt over the context window...)
         before anything is stored; while a model loads, or for another model than the loaded
         one, the worker checks it once that model is loaded."""
-        status = self.ctx.engines.status()
-        engine = self.ctx.engines.engine
-        if key != self.ctx.engines.current_key:
+        status = self.replies.engines.status()
+        engine = self.replies.engines.engine
+        if key != self.replies.engines.current_key:
             return
         if engine is None:
             if status.state == "failed":
@@ -174,11 +175,11 @@ class ApiService:
                            code="empty_prompt") from None
         key = self.check_model(request.model)
         await anyio.to_thread.run_sync(self.check_engine, request, key)
-        run = await start_run(self.ctx, request, endpoint, self.config.store, model=key)
+        run = await start_run(self.replies, request, endpoint, self.config.store, model=key)
         try:
             await self._first_item(run, http_request)
         except BaseException:
-            finish_run(self.ctx, run)
+            finish_run(self.replies, run)
             raise
         envelope = Envelope(("chatcmpl-" if request.kind == "chat" else "cmpl-") + secrets.token_hex(12),
                             model_id(key), kind=request.kind)
@@ -188,30 +189,30 @@ class ApiService:
         try:
             return JSONResponse(await self._collect(run, envelope, http_request))
         finally:
-            finish_run(self.ctx, run)
+            finish_run(self.replies, run)
 
     async def _first_item(self, run: Run, http_request: Request) -> None:
         """Wait (in the engine queue) until the worker starts the reply or refuses it."""
         item = await run.next(http_request)
         if item is None:
             raise ApiError(499, "the client closed the request")
-        if item[0] == "refused":
-            raise ApiError(400, item[1])
-        if item[0] == "error":
-            raise ApiError(500, f"the reply could not be started: {item[1]}")
+        if isinstance(item, Refused):
+            raise ApiError(400, item.reason)
+        if isinstance(item, ReplyError):
+            raise ApiError(500, f"the reply could not be started: {item.error}")
 
     def _tally(self) -> ReplyTally:
-        return ReplyTally(rejected_known=capabilities_of(self.ctx.engines.engine).rejected_drafts)
+        return ReplyTally(rejected_known=capabilities_of(self.replies.engines.engine).rejected_drafts)
 
     async def _collect(self, run: Run, envelope: Envelope, http_request: Request) -> dict:
         tally = self._tally()
-        async for kind, value in run.items(http_request):
-            if kind == "error":
-                raise ApiError(500, f"the reply could not be saved: {value}")
-            if kind == "event" and isinstance(value, Failed):
-                raise ApiError(500, f"generation failed: {value.kind}: {value.message}")
-            if kind == "event":
-                tally.add(value)
+        async for item in run.items(http_request):
+            if isinstance(item, ReplyError):
+                raise ApiError(500, f"the reply could not be saved: {item.error}")
+            if isinstance(item, EventItem) and isinstance(item.event, Failed):
+                raise ApiError(500, f"generation failed: {item.event.kind}: {item.event.message}")
+            if isinstance(item, EventItem):
+                tally.add(item.event)
         if tally.finished is None and not run.cancel.is_set():
             raise ApiError(500, "the generation ended without a result")
         return envelope.response(tally)
@@ -219,15 +220,17 @@ class ApiService:
     async def _stream(self, run: Run, envelope: Envelope, request: ApiRequest):
         tally, sent, first, thought = self._tally(), 0, True, 0  # thought: reasoning characters sent
         try:
-            async for kind, value in run.items():
-                if kind == "error" or (kind == "event" and isinstance(value, Failed)):
-                    message = value if kind == "error" else f"generation failed: {value.kind}: {value.message}"
+            async for item in run.items():
+                if isinstance(item, ReplyError) or (isinstance(item, EventItem) and isinstance(item.event, Failed)):
+                    message = (item.error if isinstance(item, ReplyError)
+                               else f"generation failed: {item.event.kind}: {item.event.message}")
                     yield sse(error_body(message, "server_error"))
                     break
-                if kind != "event":
+                if not isinstance(item, EventItem):
                     continue
-                info = tally.add(value)
-                if isinstance(value, Finished):
+                event = item.event
+                info = tally.add(event)
+                if isinstance(event, Finished):
                     yield sse(envelope.chunk(tally.text[sent:], tally.finish_reason, tally.summary(), first,
                                              tally.reasoning[thought:]))
                     if request.include_usage:
@@ -239,7 +242,7 @@ class ApiService:
                     sent, first, thought = max(sent, safe), False, len(tally.reasoning)
             yield "data: [DONE]\n\n"
         finally:
-            finish_run(self.ctx, run)
+            finish_run(self.replies, run)
 
 
 def sse(body: dict) -> str:
@@ -361,7 +364,7 @@ def server_additions(service: ApiService) -> tuple[list, list]:
     from starlette.middleware import Middleware
 
     async def health(request: Request) -> JSONResponse:
-        status = service.ctx.engines.status()
+        status = service.replies.engines.status()
         body = {"status": {"ready": "ok"}.get(status.state, status.state), "model": model_id(status.model_key),
                 "message": status.error or status.message}
         return JSONResponse(body, status_code=200 if status.state == "ready" else 503)

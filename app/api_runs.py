@@ -1,24 +1,25 @@
-"""One API request on the engine: stored (or not), queued on the ONE engine worker behind what
-the page and other clients asked for, its events handed to the event loop as they come.
+"""One API request on the engine: stored (or not), handed to the reply service, which queues it
+on the ONE engine worker behind what the page and other clients asked for; its items are handed
+to the event loop as they come.
 
-The worker runs ``service.replies.record_reply``, the same function the page uses, so an API reply
-is recorded exactly like a chat reply (text, every cycle, stats; flushed at least once a second)
-and a reply cut short is kept as 'interrupted'. Cancelling (client gone, or Stop pressed in the
-page on that session) ends the generation at its next cycle boundary.
+The page runs its replies through the same service, so an API reply is recorded exactly like a
+chat reply (text, every cycle, stats; flushed at least once a second) and a reply cut short is
+kept as 'interrupted'. Cancelling (client gone, or Stop pressed in the page on that session) ends
+the generation at its next cycle boundary.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
-import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 
 import anyio
 
-from service.replies import DONE, GenerationRequest, record_reply
+from service.items import Done, ReplyItem
+from service.replies import GenerationRequest, ReplyRun, ReplyService
 
 from .api_requests import ApiRequest
 from .api_sessions import reply_settings, store_request
@@ -27,13 +28,13 @@ DISCONNECT_POLL_S = 0.25
 
 
 class LoopOut:
-    """``record_reply``'s output queue, delivered to an asyncio queue on the server's loop."""
+    """The reply service's output queue, delivered to an asyncio queue on the server's loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self._loop = loop
         self.queue: asyncio.Queue = asyncio.Queue()
 
-    def put(self, item) -> None:
+    def put(self, item: ReplyItem) -> None:
         try:
             self._loop.call_soon_threadsafe(self.queue.put_nowait, item)
         except RuntimeError:
@@ -43,12 +44,14 @@ class LoopOut:
 @dataclass
 class Run:
     out: LoopOut
-    cancel: threading.Event
-    session_id: int | None
-    request: GenerationRequest
+    reply: ReplyRun
     _last_poll: float = field(default_factory=time.monotonic)
 
-    async def next(self, http_request=None):
+    @property
+    def cancel(self):
+        return self.reply.cancel
+
+    async def next(self, http_request=None) -> ReplyItem | None:
         """The next item from the worker; None when the client went away (the run is cancelled).
         Whether the client is still there is asked every DISCONNECT_POLL_S, busy or not."""
         while True:
@@ -63,11 +66,11 @@ class Run:
             except (asyncio.TimeoutError, TimeoutError):
                 continue
 
-    async def items(self, http_request=None) -> AsyncIterator[tuple]:
+    async def items(self, http_request=None) -> AsyncIterator[ReplyItem]:
         """Items until the worker is done (or the client has gone)."""
         while True:
             item = await self.next(http_request)
-            if item is None or item is DONE:
+            if item is None or isinstance(item, Done):
                 return
             yield item
 
@@ -79,36 +82,25 @@ def with_seed(request: ApiRequest) -> ApiRequest:
     return request
 
 
-def _report_crash(future, out: LoopOut) -> None:
-    exc = future.exception() if not future.cancelled() else None
-    if exc is not None:  # record_reply reports its own errors; this is a bug if it happens
-        out.put(("error", f"{type(exc).__name__}: {exc}"))
-        out.put(DONE)
-
-
-async def start_run(ctx, request: ApiRequest, endpoint: str, store: bool, model: str | None = None) -> Run:
+async def start_run(replies: ReplyService, request: ApiRequest, endpoint: str, store: bool,
+                    model: str | None = None) -> Run:
     """Store the request (unless ``store`` is off) and queue its generation on ``model`` (a menu
     key; None: the loaded one), which the worker loads first when another one is loaded."""
-    model = model or ctx.engines.current_key
-    engine = ctx.engines.engine  # (another model's draft may have another block size: the page's slider only)
+    model = model or replies.engines.current_key
+    engine = replies.engines.engine  # (another model's draft may have another block size: the page's slider only)
     block = request.sampling.block_size or (engine.block_size if engine is not None else 1)
     request = with_seed(request)
     settings = reply_settings(request, model, block, endpoint)
     session_id = None
     if store:
-        session_id = await anyio.to_thread.run_sync(store_request, ctx.store, request, settings)
-        ctx.mark_request(session_id)
-    cancel = ctx.new_cancel(session_id) if session_id is not None else threading.Event()
+        session_id = await anyio.to_thread.run_sync(store_request, replies.store, request, settings)
+        replies.mark_request(session_id)
     generation = GenerationRequest(session_id, request.prompt, request.raw, request.kind, request.sampling,
                                    request.fallback, settings, request.stop)
     out = LoopOut(asyncio.get_running_loop())
-    future = ctx.engines.submit(lambda engine: record_reply(ctx, generation, engine, cancel, out), model=model)
-    future.add_done_callback(lambda f: _report_crash(f, out))
-    return Run(out, cancel, session_id, generation)
+    return Run(out, replies.start(generation, out))
 
 
-def finish_run(ctx, run: Run) -> None:
+def finish_run(replies: ReplyService, run: Run) -> None:
     """The client is done with the run: stop it if it still runs, forget its cancel flag."""
-    run.cancel.set()
-    if run.session_id is not None:
-        ctx.forget_cancel(run.session_id, run.cancel)
+    replies.release(run.reply)

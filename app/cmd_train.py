@@ -9,7 +9,10 @@ from pathlib import Path
 
 
 def _budget(args):
+    from engine.extras import require
     from engine.training.common import Budget
+
+    require("tqdm", "train", "training (its progress bars)")  # before any work, not when the first bar opens
 
     if not (args.max_steps or args.max_tokens or args.max_minutes):
         args.max_minutes = args.default_minutes

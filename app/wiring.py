@@ -289,10 +289,14 @@ class Studio:
     config: AppConfig
     store: Any
     host: EngineHost
-    ctx: Any
+    ctx: Any  # ui.context.UIContext: what the page is handed
     demo: Any
     api: Any = None  # app.api.ApiService, or None with --no-api
     extra_launch: dict = field(default_factory=dict)
+
+    @property
+    def replies(self):  # service.replies.ReplyService: runs and records the page's and the API's replies
+        return self.ctx.replies
 
     def launch_kwargs(self, **overrides) -> dict:
         from ui.layout import launch_options
@@ -333,31 +337,40 @@ def build_studio(config: AppConfig, *, store=None, loader: Loader | None = None,
     from ui.layout import build_ui
 
     ctx = build_context(config, store=store, loader=loader, catalog=catalog)
-    return Studio(config, ctx.store, ctx.engines, ctx, build_ui(ctx), api=build_api_service(config, ctx))
+    return Studio(config, ctx.store, ctx.engines, ctx, build_ui(ctx), api=build_api_service(config, ctx.replies))
 
 
-def build_api_service(config: AppConfig, ctx):
-    """The OpenAI-compatible API's service over the page's context (None with --no-api)."""
+def build_api_service(config: AppConfig, replies):
+    """The OpenAI-compatible API's service over the reply service (None with --no-api)."""
     if not config.api.enabled:
         return None
     from .api import ApiService
     from .api_requests import Defaults as ApiDefaults
 
     defaults = ApiDefaults(max_tokens=config.max_new_tokens, block_size=config.block_size, fallback=config.fallback)
-    return ApiService(ctx, config.api, defaults, login_required=config.auth is not None)
+    return ApiService(replies, config.api, defaults, login_required=config.auth is not None)
 
 
-def build_context(config: AppConfig, *, store=None, loader: Loader | None = None,
+def build_replies(config: AppConfig, *, store=None, loader: Loader | None = None,
                   catalog: list[ModelChoice] | None = None):
-    """The UI's context (store + engine host + defaults) without building the page."""
+    """The reply service: the store, the engine host (nothing loads yet) and the registry of running replies."""
+    from service.replies import ReplyService
     from storage import SessionStore, default_db_path
-    from ui.context import Defaults, UIContext
 
     config.validate()
     if store is None:
         store = SessionStore(config.db_path or default_db_path())
     catalog = catalog if catalog is not None else available_models(config)
     host = EngineHost(catalog, loader or engine_loader(config.engine, config.vllm))
+    return ReplyService(store, host, flush_interval_s=config.flush_interval_s)
+
+
+def build_context(config: AppConfig, *, store=None, loader: Loader | None = None,
+                  catalog: list[ModelChoice] | None = None):
+    """The UI's context (the reply service + defaults) without building the page."""
+    from ui.context import Defaults, UIContext
+
+    replies = build_replies(config, store=store, loader=loader, catalog=catalog)
     defaults = Defaults(max_new_tokens=config.max_new_tokens, block_size=config.block_size,
                         fallback=config.fallback and config.vllm is None)  # vLLM has no per-request fallback
-    return UIContext(store=store, engines=host, defaults=defaults, flush_interval_s=config.flush_interval_s)
+    return UIContext(replies, defaults=defaults)

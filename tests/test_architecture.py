@@ -6,6 +6,9 @@
   the export format's reader and its records (it is handed a running store); nothing imports
   app/, which wires everything, and the API's modules (app/api*) never import ui/: the API
   serves without the page.
+- The page (ui/) and the API (app/api*) are two thin callers of the reply service (service/):
+  neither imports the other, and neither touches the service's registry of running replies or
+  its worker function.
 - No import circle between modules of our packages, counting imports inside functions too (a
   deferred import hides a circle from Python, not from the reader).
 - No function or method over MAX_FUNCTION_LINES lines in app/, engine/, ui/, storage/.
@@ -131,6 +134,52 @@ def test_the_api_never_imports_the_page():
     wrong = {module: sorted(t for t in GRAPH[module] if t.split(".")[0] == "ui") for module in api}
     wrong = {module: targets for module, targets in wrong.items() if targets}
     assert not wrong, f"API modules import the page: {wrong}"
+
+
+def test_the_page_and_the_api_never_reach_into_each_other():
+    """ui/ and app/api*.py are two callers of the reply service: neither imports the other."""
+    api = set(_api_modules())
+    page = {module for module in MODULES if module.startswith("ui.")}
+    assert "ui.handlers" in page and "app.api_runs" in api  # guards the guard
+    wrong = sorted(f"{module} -> {target}" for module in page for target in GRAPH[module] if target in api)
+    wrong += sorted(f"{module} -> {target}" for module in api for target in GRAPH[module] if target in page)
+    assert not wrong, f"the page and the API import each other: {wrong}"
+
+
+# What only the reply service may touch: its registry of running replies (the page and the API
+# ask ``ReplyService.stop`` / ``reply_pending`` / ``mark_request``) and its worker function (they
+# call ``ReplyService.start``, which also registers the reply's cancel flag).
+SERVICE_INTERNALS = {"modules": {"service.registry"}, "names": {"_registry", "CancelRegistry", "record_reply"}}
+
+
+def reaches_into_the_service(module: str) -> list[str]:
+    """Where ``module`` imports the service's internals or names them (``x._registry``)."""
+    path = MODULES[module]
+    found = [f"imports {target} (line {line})" for target, line in GRAPH[module].items()
+             if target in SERVICE_INTERNALS["modules"]]
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        name = (node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name)
+                else next((a.name for a in node.names if a.name in SERVICE_INTERNALS["names"]), None)
+                if isinstance(node, ast.ImportFrom) else None)
+        if name in SERVICE_INTERNALS["names"]:
+            found.append(f"names {name} (line {node.lineno})")
+    return found
+
+
+def test_reaching_into_the_service_is_seen(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("from service.replies import record_reply\n\ndef stop(ctx):\n    ctx.replies._registry.cancel(1)\n")
+    MODULES["planted"], GRAPH["planted"] = planted, {"service.replies": 1}
+    try:
+        assert reaches_into_the_service("planted") == ["names record_reply (line 1)", "names _registry (line 4)"]
+    finally:
+        del MODULES["planted"], GRAPH["planted"]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("ui.") or m.startswith("app.api")))
+def test_the_page_and_the_api_use_the_reply_service_not_its_internals(module):
+    wrong = reaches_into_the_service(module)
+    assert not wrong, f"{module} reaches into the reply service: {wrong}"
 
 
 def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:

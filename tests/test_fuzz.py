@@ -62,9 +62,10 @@ anything = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.fl
 SETTINGS = [numbers, numbers, numbers, numbers, flags, flags]  # block size, temperature, top-p, max new, 2 toggles
 
 ENDPOINTS = {
-    "/send": [texts, *SETTINGS],
-    "/complete": [texts, *SETTINGS],
-    "/respond": SETTINGS,
+    "/settings": SETTINGS,
+    "/send": [texts],
+    "/complete": [texts],
+    "/respond": [],
     "/stop": [],
     "/regenerate": [],
     "/select_session": [choices, texts],

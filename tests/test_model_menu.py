@@ -11,13 +11,14 @@ import pytest
 
 from app.config import AppConfig
 from app.wiring import ModelChoice, available_models, build_context
+from service.settings import Settings
 from storage import SessionStore
 from tests.fake_engine import FakeEngine
 from ui import handlers as h
 from ui import models as m
 from ui import teach
 
-CONTROLS = (8, 0.0, 1.0, 64, False, True)
+SETTINGS = Settings(block_size=8, temperature=0.0, top_p=1.0, max_new_tokens=64, fallback=False, show_rejected=True)
 
 
 def context_for(catalog, engines):
@@ -64,8 +65,8 @@ def test_a_session_stored_under_an_older_name_opens_answers_and_compares_on_the_
     assert ctx.store.get_session(session)["model"] == "tiny-coder (embedded)"  # its stored name stays
     assert "model-change" not in " ".join(row["content"] for row in view["chat"])  # one pair, two names
 
-    h.submit_prompt(ctx, session, "and g", *CONTROLS)
-    list(h.respond(ctx, session, *CONTROLS))
+    sent = h.submit_prompt(ctx, session, "and g", SETTINGS)
+    list(h.respond(ctx, sent["reply_request"]))
     assert len(engines["tiny-coder-fast"].calls) == 1 and not engines["tiny-coder"].calls
     rows, _ = h.chat_history(ctx, session)
     assert "model-change" not in " ".join(row["content"] for row in rows)

@@ -10,11 +10,16 @@ import queue
 import re
 import threading
 
+import pytest
+
 from engine.config import FallbackConfig, SamplingConfig
 from engine.events import Cycle, Started
-from service.replies import DONE, GenerationRequest, record_reply
+from service.items import Done, EventItem
+from service.replies import GenerationRequest, ReplyService, record_reply
+from service.settings import Settings
 from storage import SessionStore
 from tests.chat_twins import ScriptedChatEngine
+from ui import handlers as h
 from ui.analytics import session_analytics, summary_csv
 from ui.reasoning_view import split_line
 from ui.render import assistant_markdown, render_token_view
@@ -22,16 +27,6 @@ from ui.trace import ReplyTrace
 
 REPLY = ("<think>\nThe user wants a function. Let me plan it: add two numbers.\n</think>\n\n```python\n"
          "def add(a, b):\n    return a + b\n```\n<|im_end|>")
-
-
-class Recorder:
-    flush_interval_s = 0.0
-
-    def __init__(self, store):
-        self.store = store
-
-    def forget_cancel(self, session_id, event):
-        return None
 
 
 def recorded(thinking=None, reply=REPLY):
@@ -44,11 +39,12 @@ def recorded(thinking=None, reply=REPLY):
     request = GenerationRequest(session, [{"role": "user", "content": "Write add in Python."}], False, "chat",
                                 SamplingConfig(max_new_tokens=200, block_size=4), FallbackConfig(enabled=False), settings)
     out: queue.Queue = queue.Queue()
-    record_reply(Recorder(store), request, engine, threading.Event(), out)
+    # the worker's own function, run on this thread: the service's engine host is not needed
+    record_reply(ReplyService(store, engines=None, flush_interval_s=0.0), request, engine, threading.Event(), out)
     events = []
-    while (item := out.get()) is not DONE:
-        if item[0] == "event":
-            events.append(item[1])
+    while not isinstance(item := out.get(), Done):
+        if isinstance(item, EventItem):
+            events.append(item.event)
     return store, session, events, engine
 
 
@@ -113,3 +109,65 @@ def test_thinking_off_leaves_no_reasoning_in_the_store_or_the_page():
     assert message["settings"]["thinking"] is False
     assert (message["content"], message["reasoning"], message["reasoning_tokens"]) == ("Here it is.", "", 0)
     assert "tv-reasoning" not in render_token_view(live_trace(events)) and split_line(live_trace(events)) == ""
+
+
+# ---------------------------------------------------------------------------- the page's thinking setting
+
+PAGE_SETTINGS = Settings(block_size=4, temperature=0.0, top_p=1.0, max_new_tokens=200, fallback=False,
+                         show_rejected=False)
+
+
+@pytest.fixture
+def qwen_page():
+    """The page's context on a Qwen3-family engine with its published template (thinking switchable)."""
+    from tests.fake_engine import fake_studio
+
+    engine = ScriptedChatEngine("qwen3")
+    ctx = fake_studio(engine, ui=False)
+    ctx.engines.start().result(timeout=10)
+    yield ctx, engine
+    ctx.engines.shutdown()
+    ctx.store.close()
+
+
+def sent_and_answered(ctx, text, settings, session_id=None) -> int:
+    view = h.submit_prompt(ctx, session_id, text, settings)
+    list(h.respond(ctx, view["reply_request"]))
+    return view["session"]
+
+
+def test_a_session_that_never_chose_thinks_by_the_family_default_and_says_so_on_the_reply(qwen_page):
+    ctx, engine = qwen_page
+    assert PAGE_SETTINGS.thinking is None and "thinking" not in PAGE_SETTINGS.as_dict()
+    engine.enqueue(REPLY)
+    session = sent_and_answered(ctx, "Write add in Python.", PAGE_SETTINGS)
+    assert engine.prompts[-1].endswith("<|im_start|>assistant\n")  # Qwen3's default: thinking on
+    reply = ctx.store.get_messages(session)[-1]
+    assert reply["settings"]["thinking"] is True and reply["reasoning"]
+    assert "thinking" not in ctx.store.get_session(session)["settings"]  # the session chose nothing
+
+
+def test_thinking_switched_off_goes_into_the_settings_state_the_session_and_the_next_reply(qwen_page):
+    ctx, engine = qwen_page
+    engine.enqueue(REPLY)
+    session = sent_and_answered(ctx, "Write add in Python.", PAGE_SETTINGS)
+    state = h.change_thinking(ctx, session, False, PAGE_SETTINGS)["settings"]
+    assert state.thinking is False and state.keys() == PAGE_SETTINGS.keys()
+    assert ctx.store.get_session(session)["settings"]["thinking"] is False
+    # a later change of another control keeps the choice, in the State and with the session
+    state = h.change_settings(ctx, session, 4, 0.0, 1.0, 150, False, False, state)["settings"]
+    assert (state.thinking, state.max_new_tokens) == (False, 150)
+    assert ctx.store.get_session(session)["settings"]["thinking"] is False
+    assert h.select_session(ctx, session)["settings"].thinking is False  # shown again with the session
+    engine.enqueue("Here it is.<|im_end|>")
+    sent_and_answered(ctx, "Again, without thinking.", state, session)
+    assert engine.prompts[-1].endswith("<think>\n\n</think>\n\n")  # the template's "off"
+    reply = ctx.store.get_messages(session)[-1]
+    assert (reply["settings"]["thinking"], reply["reasoning"]) == (False, "")
+
+
+def test_saved_defaults_never_carry_a_sessions_thinking(qwen_page):
+    ctx, _ = qwen_page
+    h.save_defaults(ctx, PAGE_SETTINGS.with_thinking(False))
+    assert h.default_settings(ctx).thinking is None
+    assert h.default_settings(ctx).as_dict() == PAGE_SETTINGS.as_dict()

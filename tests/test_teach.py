@@ -12,6 +12,7 @@ import sqlite3
 import gradio as gr
 import pytest
 
+from service.settings import Settings
 from tests.fake_engine import FakeEngine, FakeReply, fake_studio
 from tests.needs import missing
 from ui import analytics as an
@@ -21,7 +22,7 @@ from ui.teach_compare import Comparison, Run, stored_run, why_different
 from ui.teach_render import compare_html, step_html
 from ui.teach_steps import build_steps, caption, first_text, reply_numbers, reply_prompt
 
-CONTROLS = (8, 0.0, 1.0, 256, True, True)  # block size, temperature, top-p, max new tokens, fallback, show rejected
+SETTINGS = Settings(block_size=8, temperature=0.0, top_p=1.0, max_new_tokens=256, fallback=True, show_rejected=True)
 CODE_REPLY = "```python\ndef add(a, b):\n    return a + b\n\n\nclass Stack:\n    def push(self, x):\n        self.items.append(x)\n```\n"
 PROSE_REPLY = ("Speculative decoding lets a small model guess several tokens at once. The large model then checks "
                "the guesses in a single pass and keeps the ones it agrees with. It never changes the answer.\n")
@@ -42,11 +43,12 @@ def ctx(engine, tmp_path):
     ctx.store.close()
 
 
-def chat(ctx, engine, text, reply=None, session_id=None, controls=CONTROLS):
+def chat(ctx, engine, text, reply=None, session_id=None, settings=SETTINGS):
     if reply is not None:
         engine.enqueue(reply)
-    session_id = h.submit_prompt(ctx, session_id, text, *controls)["session"]
-    list(h.respond(ctx, session_id, *controls))
+    sent = h.submit_prompt(ctx, session_id, text, settings)
+    list(h.respond(ctx, sent["reply_request"]))
+    session_id = sent["session"]
     return session_id, ctx.store.get_messages(session_id)[-1]
 
 
@@ -146,8 +148,8 @@ def test_reply_prompt_rebuilds_what_the_app_sent(ctx, engine):
                                   {"role": "assistant", "content": "first answer"},
                                   {"role": "user", "content": "second question"}]
     assert reply_prompt(messages, messages[1]) == ([{"role": "user", "content": "first question"}], False)
-    h.submit_completion(ctx, session_id, "def f(x):\n", *CONTROLS)
-    list(h.respond(ctx, session_id, *CONTROLS))
+    sent = h.submit_completion(ctx, session_id, "def f(x):\n", SETTINGS)
+    list(h.respond(ctx, sent["reply_request"]))
     messages = ctx.store.get_messages(session_id)
     assert reply_prompt(messages, messages[-1]) == ("def f(x):", True)  # healed, as the app sent it
 
@@ -209,8 +211,8 @@ def test_compare_reports_identical_output_and_the_speedup(ctx, engine):
 
 
 def test_compare_reports_a_difference_and_explains_it_at_temperature_above_zero(ctx, engine):
-    controls = (8, 0.7, 0.9, 256, False, True)
-    _, reply = chat(ctx, engine, "fib", "one answer", controls=controls)
+    settings = Settings(8, 0.7, 0.9, 256, False, True)
+    _, reply = chat(ctx, engine, "fib", "one answer", settings=settings)
     engine.enqueue(*["another answer"] * 4)  # two short warm-up runs, then plain and DFlash
     html = list(teach.compare(ctx, reply["id"]))[-1]["compare_result"]
     assert 'data-identical="false"' in html and "different" in html
@@ -326,9 +328,9 @@ def make_analytics_session(ctx, engine):
     chat(ctx, engine, "more code", FakeReply(CODE_REPLY + "x = 1\n", accept=(4, 7, 2, 0),
                                              fallback_at={3: (4, "reduced", "τ low")}), session_id)
     chat(ctx, engine, "and words", FakeReply(PROSE_REPLY, accept=(3,), fallback_at={}), session_id)
-    h.submit_completion(ctx, session_id, "def f(x):\n", *CONTROLS)
+    sent = h.submit_completion(ctx, session_id, "def f(x):\n", SETTINGS)
     engine.enqueue(FakeReply("    return x * 2\n", accept=(2,), fallback_at={}))
-    list(h.respond(ctx, session_id, *CONTROLS))
+    list(h.respond(ctx, sent["reply_request"]))
     return session_id
 
 

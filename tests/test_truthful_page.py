@@ -7,22 +7,27 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
 import pytest
 
 from engine.errors import CheckpointError
+from service.settings import Settings
 from storage import SessionStore
 from tests.fake_engine import FakeReply
 from ui import handlers as h
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTROLS = (8, 0.0, 1.0, 256, True, False)  # block size, temperature, top-p, max new tokens, fallback, show rejected
+SETTINGS = Settings(block_size=8, temperature=0.0, top_p=1.0, max_new_tokens=256, fallback=True, show_rejected=False)
 
 
 def controls_of(view: dict) -> tuple:
-    return tuple(view[key] for key in h.SETTING_KEYS)
+    """The six setting controls a view shows; the page's Settings State must say the same."""
+    shown = tuple(view[key] for key in h.SETTING_KEYS)
+    assert tuple(getattr(view["settings"], key) for key in h.SETTING_KEYS) == shown
+    return shown
 
 
 # ---------------------------------------------------------------------------- defaults
@@ -31,15 +36,16 @@ def controls_of(view: dict) -> tuple:
 def test_a_new_session_starts_from_the_defaults_not_from_the_session_shown(ctx, engine):
     startup = controls_of(h.on_load(ctx, None))
     odd = (1, 1.2, 0.9, 64, False, True)
-    session = h.submit_prompt(ctx, None, "write add()", *odd)["session"]
-    list(h.respond(ctx, session, *odd))
+    sent = h.submit_prompt(ctx, None, "write add()", Settings(*odd))
+    list(h.respond(ctx, sent["reply_request"]))
+    session = sent["session"]
     assert controls_of(h.select_session(ctx, session)) == odd  # a session shows its own settings
     assert controls_of(h.new_session(ctx)) == startup  # a new one starts from the defaults
 
 
 def test_saved_defaults_are_what_new_sessions_start_from_until_reset(ctx):
     mine = (4, 0.2, 0.95, 300, True, True)
-    note = h.save_defaults(ctx, *mine)
+    note = h.save_defaults(ctx, Settings(*mine))
     assert "saved on this page" in note and "300 new tokens" in note
     assert controls_of(h.new_session(ctx)) == mine
     assert ctx.store.get_preference(h.DEFAULTS_PREFERENCE)["max_new_tokens"] == 300  # kept in the database
@@ -50,7 +56,7 @@ def test_saved_defaults_are_what_new_sessions_start_from_until_reset(ctx):
 
 def test_invalid_defaults_are_refused_and_not_saved(ctx):
     with pytest.raises(gr.Error):
-        h.save_defaults(ctx, 99, 0.0, 1.0, 256, True, False)
+        h.save_defaults(ctx, replace(SETTINGS, block_size=99))
     assert ctx.store.get_preference(h.DEFAULTS_PREFERENCE) is None
 
 
@@ -63,7 +69,7 @@ def test_rejected_drafts_are_hidden_by_default(ctx):
 
 def test_a_refusal_is_one_line_on_the_console_and_no_traceback(ctx, capsys):
     with pytest.raises(gr.Error) as refusal:
-        h.check_send(ctx, None, "   ", *CONTROLS)
+        h.check_send(ctx, None, "   ", SETTINGS)
     assert refusal.value.print_exception is False  # Gradio prints no traceback for it
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("dflash-studio: refused: ")
@@ -71,7 +77,7 @@ def test_a_refusal_is_one_line_on_the_console_and_no_traceback(ctx, capsys):
 
 def test_sessions_with_the_same_title_are_told_apart(ctx):
     for _ in range(3):
-        h.submit_prompt(ctx, None, "def is_prime(n):", *CONTROLS)
+        h.submit_prompt(ctx, None, "def is_prime(n):", SETTINGS)
     labels = [label for label, _ in h.session_choices(ctx)]
     assert sorted(labels) == ["def is_prime(n):", "def is_prime(n): (2)", "def is_prime(n): (3)"]
 
@@ -81,8 +87,9 @@ def test_analytics_counts_and_regions_in_words(ctx, engine):
     from ui.teach import analytics_summary_html
 
     engine.enqueue(FakeReply("def add(a, b):\n    return a + b\n", accept=(3, 2, 4)))
-    session = h.submit_prompt(ctx, None, "write add()", *CONTROLS)["session"]
-    list(h.respond(ctx, session, *CONTROLS))
+    sent = h.submit_prompt(ctx, None, "write add()", SETTINGS)
+    list(h.respond(ctx, sent["reply_request"]))
+    session = sent["session"]
     html = analytics_summary_html(an.session_analytics(ctx.store, session))
     assert "1 reply ·" in html and "1 replies" not in html and "0 replies" in html
     assert "in prose" not in html and 'data-region="code"' in html  # every reply was code

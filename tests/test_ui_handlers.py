@@ -6,24 +6,27 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 
 import gradio as gr
 import pytest
 
+from service.settings import Settings
 from tests.fake_engine import FakeEngine, FakeReply, fake_studio
 from ui import handlers as h
 
-CONTROLS = (8, 0.0, 1.0, 256, True, True)  # block size, temperature, top-p, max new tokens, fallback, show rejected
+SETTINGS = Settings(block_size=8, temperature=0.0, top_p=1.0, max_new_tokens=256, fallback=True, show_rejected=True)
 
 
-def send(ctx, text, session_id=None, controls=CONTROLS):
-    out = h.submit_prompt(ctx, session_id, text, *controls)
+def send(ctx, text, session_id=None, settings=SETTINGS):
+    out = h.submit_prompt(ctx, session_id, text, settings)
     return out["session"], out
 
 
-def run(ctx, session_id, controls=CONTROLS):
-    return list(h.respond(ctx, session_id, *controls))
+def run(ctx, handed, **options):
+    """``respond``'s updates for the reply a send, Regenerate or edit handed over (its view)."""
+    return list(h.respond(ctx, handed["reply_request"], **options))
 
 
 def reply_cycles(updates) -> int:
@@ -38,10 +41,10 @@ def messages(ctx, session_id):
 
 def test_the_user_message_is_committed_before_generation_and_the_reply_streams_into_the_store(ctx, engine):
     engine.enqueue(FakeReply("def add(a, b):\n    return a + b\n", accept=(2, 5, 0, 3)))
-    session_id, out = send(ctx, "write add()")
+    session_id, sent = send(ctx, "write add()")
     assert messages(ctx, session_id) == [("user", "complete", "write add()")]  # stored, no reply yet
-    assert out["chat_input"] == "" and out["chat"][-1] == {"role": "assistant", "content": "…"}  # pending bubble
-    updates = run(ctx, session_id)
+    assert sent["chat_input"] == "" and sent["chat"][-1] == {"role": "assistant", "content": "…"}  # pending bubble
+    updates = run(ctx, sent)
     chat, ids, token_view = updates[-1]["chat"], updates[-1]["msg_ids"], updates[-1]["token_view"]
     assert messages(ctx, session_id)[-1] == ("assistant", "complete", "def add(a, b):\n    return a + b\n")
     reply = ctx.store.get_messages(session_id)[-1]
@@ -56,8 +59,8 @@ def test_the_user_message_is_committed_before_generation_and_the_reply_streams_i
 def test_replies_stream_once_per_cycle_when_cycles_are_slow(ctx, engine):
     engine.delay_s = 0.06
     engine.enqueue(FakeReply("a b c d e f g h i j", accept=(1,)))
-    session_id, _ = send(ctx, "go")
-    views = [u["token_view"] for u in run(ctx, session_id) if "token_view" in u]
+    session_id, sent = send(ctx, "go")
+    views = [u["token_view"] for u in run(ctx, sent) if "token_view" in u]
     counts = [v.count('class="tok"') for v in views]
     assert len(set(counts)) >= 4 and counts == sorted(counts)  # the view grows block by block
 
@@ -77,9 +80,9 @@ def test_tokens_that_arrive_just_before_the_engine_stalls_are_shown_during_the_s
 
     engine.generate = stalling
     engine.enqueue(FakeReply("a b c d e f g h", accept=(0,)))
-    session_id, _ = send(ctx, "go")
+    session_id, sent = send(ctx, "go")
     counts, shown_while_stalled = [], None
-    for update in h.respond(ctx, session_id, *CONTROLS):
+    for update in h.respond(ctx, sent["reply_request"]):
         if "token_view" in update:
             counts.append(update["token_view"].count('class="tok"'))
             if not stall.is_set() and counts[-1] >= 1 + 2 * 8:  # the first token and both cycles are on screen
@@ -91,32 +94,34 @@ def test_tokens_that_arrive_just_before_the_engine_stalls_are_shown_during_the_s
 
 def test_invalid_settings_are_refused_with_a_message_and_nothing_is_stored(ctx):
     with pytest.raises(gr.Error, match="temperature must be between 0 and 5"):
-        h.submit_prompt(ctx, None, "hello", 8, 9.0, 1.0, 256, True, True)
+        h.submit_prompt(ctx, None, "hello", replace(SETTINGS, temperature=9.0))
     with pytest.raises(gr.Error, match="block_size must be between 1 and 16"):
-        h.submit_prompt(ctx, None, "hello", 99, 0.0, 1.0, 256, True, True)
+        h.submit_prompt(ctx, None, "hello", replace(SETTINGS, block_size=99))
     with pytest.raises(gr.Error, match="The prompt is empty"):
-        h.submit_prompt(ctx, None, "   ", *CONTROLS)
+        h.submit_prompt(ctx, None, "   ", SETTINGS)
+    with pytest.raises(gr.Error, match="temperature must be a number"):  # what a Gradio API caller may send
+        h.change_settings(ctx, None, 8, "hot", 1.0, 256, True, True)
     assert ctx.store.list_sessions() == []
 
 
 def test_the_send_stores_the_message_its_check_accepted_not_what_the_box_holds_by_then(ctx):
     """The page checks a message, then sends it as a second event: text typed in between must
     neither replace the checked message nor be cleared away (nothing a user typed is lost)."""
-    accepted = h.accept_send(ctx, None, "write add()", *CONTROLS)
-    out = h.submit_prompt(ctx, None, "a newer draft", *CONTROLS, accepted)
+    accepted = h.check_send(ctx, None, "write add()", SETTINGS)
+    out = h.submit_prompt(ctx, None, "a newer draft", SETTINGS, accepted)
     assert messages(ctx, out["session"]) == [("user", "complete", "write add()")]
     assert "chat_input" not in out  # the box keeps the newer draft
     # a box emptied in between (which the check would refuse) sends the checked message
-    accepted = h.accept_send(ctx, out["session"], "and sub()", *CONTROLS)
-    out = h.submit_prompt(ctx, out["session"], "   ", 4, 0.7, 0.9, 64, False, True, accepted)
+    accepted = h.check_send(ctx, out["session"], "and sub()", SETTINGS)
+    out = h.submit_prompt(ctx, out["session"], "   ", Settings(4, 0.7, 0.9, 64, False, True), accepted)
     stored = ctx.store.get_messages(out["session"])[-1]
     assert (stored["content"], stored["settings"]["block_size"], stored["settings"]["temperature"]) == ("and sub()", 8, 0.0)
-    accepted = h.accept_send(ctx, out["session"], "same text", *CONTROLS)
-    assert h.submit_prompt(ctx, out["session"], "same text", *CONTROLS, accepted)["chat_input"] == ""
+    accepted = h.check_send(ctx, out["session"], "same text", SETTINGS)
+    assert h.submit_prompt(ctx, out["session"], "same text", SETTINGS, accepted)["chat_input"] == ""
     with pytest.raises(gr.Error, match="The prompt is empty"):
-        h.accept_send(ctx, None, "  ", *CONTROLS)
-    code = h.accept_completion(ctx, None, "def f(x):\n", *CONTROLS)
-    session_id = h.submit_completion(ctx, None, "", *CONTROLS, code)["session"]
+        h.check_send(ctx, None, "  ", SETTINGS)
+    code = h.check_completion(ctx, None, "def f(x):\n", SETTINGS)
+    session_id = h.submit_completion(ctx, None, "", SETTINGS, code)["session"]
     assert ctx.store.get_messages(session_id)[-1]["content"] == "def f(x):\n"
 
 
@@ -124,15 +129,15 @@ def test_an_over_long_prompt_is_refused_before_it_is_stored():
     ctx = fake_studio(FakeEngine(context_window=16), ui=False)
     ctx.engines.start().result(timeout=10)
     with pytest.raises(gr.Error, match="context window is 16 tokens"):
-        h.submit_prompt(ctx, None, "word " * 40, *CONTROLS)
+        h.submit_prompt(ctx, None, "word " * 40, SETTINGS)
     assert ctx.store.list_sessions() == []
 
 
 def test_stop_ends_within_one_cycle_and_keeps_the_partial_reply(ctx, engine):
     engine.delay_s = 0.05
     engine.enqueue(FakeReply(" ".join(["tok"] * 400), accept=(1,)))
-    session_id, _ = send(ctx, "long please")
-    stream = h.respond(ctx, session_id, *CONTROLS)
+    session_id, sent = send(ctx, "long please")
+    stream = h.respond(ctx, sent["reply_request"])
     updates = []
     for update in stream:
         updates.append(update)
@@ -148,8 +153,8 @@ def test_stop_ends_within_one_cycle_and_keeps_the_partial_reply(ctx, engine):
 
 def test_an_engine_error_ends_the_reply_visibly_and_keeps_the_text(ctx, engine):
     engine.enqueue(FakeReply("a b c d e f g h i j k l m n", accept=(1,), fail_after=2, failure="CUDA fell over"))
-    session_id, _ = send(ctx, "x")
-    chat = run(ctx, session_id)[-1]["chat"]
+    session_id, sent = send(ctx, "x")
+    chat = run(ctx, sent)[-1]["chat"]
     reply = ctx.store.get_messages(session_id)[-1]
     assert reply["status"] == "error" and reply["error"] == "CUDA fell over" and reply["content"].startswith("a b")
     assert "⚠ error: CUDA fell over" in chat[-1]["content"]
@@ -158,56 +163,56 @@ def test_an_engine_error_ends_the_reply_visibly_and_keeps_the_text(ctx, engine):
 
 def test_regenerate_replaces_the_last_reply(ctx, engine):
     engine.enqueue("first answer", "second answer")
-    session_id, _ = send(ctx, "q")
-    run(ctx, session_id)
-    chat = h.regenerate(ctx, session_id)["chat"]
-    assert chat[-1]["content"] == "…" and messages(ctx, session_id) == [("user", "complete", "q")]
-    run(ctx, session_id)
+    session_id, sent = send(ctx, "q")
+    run(ctx, sent)
+    sent = h.regenerate(ctx, session_id, SETTINGS)
+    assert sent["chat"][-1]["content"] == "…" and messages(ctx, session_id) == [("user", "complete", "q")]
+    run(ctx, sent)
     assert [m[2] for m in messages(ctx, session_id)] == ["q", "second answer"]
 
 
 def test_edit_and_resend_the_last_user_message(ctx, engine):
     engine.enqueue("one", "two")
-    session_id, _ = send(ctx, "first")
-    run(ctx, session_id)
+    session_id, sent = send(ctx, "first")
+    run(ctx, sent)
     ids = [m["id"] for m in ctx.store.get_messages(session_id)]
     evt = SimpleNamespace(index=0, value="first &lt;edited&gt;", previous_value="first")
-    h.edit_message(ctx, session_id, ids, evt)
-    run(ctx, session_id)
+    sent = h.edit_message(ctx, session_id, ids, evt, SETTINGS)
+    run(ctx, sent)
     assert [m[2] for m in messages(ctx, session_id)] == ["first <edited>", "two"]
     assert engine.calls[-1]["prompt_ids"] == engine.encode([{"role": "user", "content": "first <edited>"}])
 
 
 def test_editing_an_earlier_message_continues_in_a_copy_and_keeps_the_original(ctx, engine):
     engine.enqueue("A1", "A2", "A1 again")
-    original, _ = send(ctx, "Q1")
-    run(ctx, original)
-    send(ctx, "Q2", original)
-    run(ctx, original)
+    original, sent = send(ctx, "Q1")
+    run(ctx, sent)
+    _, sent = send(ctx, "Q2", original)
+    run(ctx, sent)
     before = messages(ctx, original)
     ids = [m["id"] for m in ctx.store.get_messages(original)]
-    view = h.edit_message(ctx, original, ids, SimpleNamespace(index=0, value="Q1 &amp; more"))
+    view = sent = h.edit_message(ctx, original, ids, SimpleNamespace(index=0, value="Q1 &amp; more"), SETTINGS)
     copy = view["session"]
     assert copy != original and view["remembered"] == copy  # the page switches to the copy
     assert view["chat"][-1] == {"role": "assistant", "content": "…"} and len(view["msg_ids"]) == 1
     assert messages(ctx, original) == before  # nothing typed is lost
     assert messages(ctx, copy) == [("user", "complete", "Q1 & more")]
     assert ctx.store.get_session(copy)["title"].endswith("(edited)")
-    run(ctx, copy)
+    run(ctx, sent)
     assert engine.calls[-1]["prompt_ids"] == engine.encode([{"role": "user", "content": "Q1 & more"}])
     assert [m[2] for m in messages(ctx, copy)] == ["Q1 & more", "A1 again"]
 
 
 def test_editing_keeps_the_replies_and_cycles_before_the_edited_message(ctx, engine):
     engine.enqueue(FakeReply("def f():\n    pass\n", accept=(3, 1, 2)), "A2", "A3")
-    original, _ = send(ctx, "Q1")
-    run(ctx, original)
-    send(ctx, "Q2", original)
-    run(ctx, original)
-    send(ctx, "Q3", original)
-    run(ctx, original)
+    original, sent = send(ctx, "Q1")
+    run(ctx, sent)
+    _, sent = send(ctx, "Q2", original)
+    run(ctx, sent)
+    _, sent = send(ctx, "Q3", original)
+    run(ctx, sent)
     ids = [m["id"] for m in ctx.store.get_messages(original)]
-    copy = h.edit_message(ctx, original, ids, SimpleNamespace(index=2, value="Q2 edited"))["session"]
+    copy = h.edit_message(ctx, original, ids, SimpleNamespace(index=2, value="Q2 edited"), SETTINGS)["session"]
     kept = ctx.store.get_messages(copy)
     assert [(m["role"], m["content"]) for m in kept] == [("user", "Q1"), ("assistant", "def f():\n    pass\n"),
                                                          ("user", "Q2 edited")]
@@ -217,42 +222,43 @@ def test_editing_keeps_the_replies_and_cycles_before_the_edited_message(ctx, eng
 
 
 def test_an_edited_completion_keeps_only_the_code(ctx, engine):
-    session_id = h.submit_completion(ctx, None, "def f(x):\n", *CONTROLS)["session"]
-    run(ctx, session_id)
+    sent = h.submit_completion(ctx, None, "def f(x):\n", SETTINGS)
+    session_id = sent["session"]
+    run(ctx, sent)
     ids = [m["id"] for m in ctx.store.get_messages(session_id)]
     shown = h.chat_history(ctx, session_id)[0][0]["content"]
     edited = shown.replace("def f(x):", "def g(y):")
-    h.edit_message(ctx, session_id, ids, SimpleNamespace(index=0, value=edited))
+    h.edit_message(ctx, session_id, ids, SimpleNamespace(index=0, value=edited), SETTINGS)
     assert ctx.store.get_messages(session_id)[0]["content"] == "def g(y):\n"
 
 
 def test_assistant_messages_and_stale_rows_cannot_be_edited(ctx, engine):
-    session_id, _ = send(ctx, "a")
-    run(ctx, session_id)
+    session_id, sent = send(ctx, "a")
+    run(ctx, sent)
     ids = [m["id"] for m in ctx.store.get_messages(session_id)]
     with pytest.raises(gr.Error, match="Only your own messages"):
-        h.edit_message(ctx, session_id, ids, SimpleNamespace(index=1, value="changed"))
+        h.edit_message(ctx, session_id, ids, SimpleNamespace(index=1, value="changed"), SETTINGS)
     with pytest.raises(gr.Error, match="not in this session"):
-        h.edit_message(ctx, session_id, ids, SimpleNamespace(index=5, value="changed"))
+        h.edit_message(ctx, session_id, ids, SimpleNamespace(index=5, value="changed"), SETTINGS)
     with pytest.raises(gr.Error, match="empty"):
-        h.edit_message(ctx, session_id, ids, SimpleNamespace(index=0, value="  "))
+        h.edit_message(ctx, session_id, ids, SimpleNamespace(index=0, value="  "), SETTINGS)
 
 
 def test_the_conversation_so_far_is_the_prompt(ctx, engine):
     engine.enqueue("A1", "A2")
-    session_id, _ = send(ctx, "Q1")
-    run(ctx, session_id)
-    send(ctx, "Q2", session_id)
-    run(ctx, session_id)
+    session_id, sent = send(ctx, "Q1")
+    run(ctx, sent)
+    _, sent = send(ctx, "Q2", session_id)
+    run(ctx, sent)
     expected = [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"}, {"role": "user", "content": "Q2"}]
     assert engine.calls[-1]["prompt_ids"] == engine.encode(expected)
 
 
 def test_complete_mode_continues_the_code_as_raw_text_into_the_editor(ctx, engine):
     engine.enqueue(FakeReply("\n    return n > 1\n", accept=(3,)))
-    out = h.submit_completion(ctx, None, "def is_prime(n):\n", *CONTROLS)
-    session_id = out["session"]
-    last = list(h.respond(ctx, session_id, *CONTROLS, to_editor=True))[-1]  # as the Complete button runs it
+    sent = h.submit_completion(ctx, None, "def is_prime(n):\n", SETTINGS)
+    session_id = sent["session"]
+    last = list(h.respond(ctx, sent["reply_request"], to_editor=True))[-1]  # as the Complete button runs it
     assert last["code"] == "def is_prime(n):\n    return n > 1\n"  # the code editor
     # the line break after "):" is left to the model (token healing, engine.prompts.heal_code_prompt)
     assert engine.calls[-1]["prompt_ids"] == engine.encode("def is_prime(n):", raw=True)
@@ -263,8 +269,9 @@ def test_complete_mode_continues_the_code_as_raw_text_into_the_editor(ctx, engin
 
 def test_one_engine_worker_runs_one_generation_at_a_time(ctx, engine):
     engine.delay_s = 0.02
-    sessions = [send(ctx, f"q{i}")[0] for i in range(3)]
-    threads = [threading.Thread(target=run, args=(ctx, sid)) for sid in sessions]
+    sent = [send(ctx, f"q{i}") for i in range(3)]
+    sessions = [session_id for session_id, _ in sent]
+    threads = [threading.Thread(target=run, args=(ctx, view)) for _, view in sent]
     for t in threads:
         t.start()
     for t in threads:
@@ -276,8 +283,8 @@ def test_one_engine_worker_runs_one_generation_at_a_time(ctx, engine):
 def test_a_reply_is_finished_and_saved_even_if_the_page_goes_away(ctx, engine):
     engine.delay_s = 0.02
     engine.enqueue(FakeReply("a b c d e f g h i j k l m n o p", accept=(1,)))
-    session_id, _ = send(ctx, "x")
-    stream = h.respond(ctx, session_id, *CONTROLS)
+    session_id, sent = send(ctx, "x")
+    stream = h.respond(ctx, sent["reply_request"])
     next(stream)
     stream.close()  # the browser tab closed mid-reply
     deadline = time.monotonic() + 10
@@ -290,8 +297,8 @@ def test_the_page_waits_for_the_model_with_its_load_progress():
     engine = FakeEngine()
     ctx = fake_studio(engine, load_delay_s=1.0, ui=False)
     ctx.engines.start()
-    session_id, _ = send(ctx, "hello")  # the page is usable while the model loads
-    updates = run(ctx, session_id)
+    session_id, sent = send(ctx, "hello")  # the page is usable while the model loads
+    updates = run(ctx, sent)
     waiting = [u["chat"][-1]["content"] for u in updates if u["chat"][-1]["content"].startswith("⏳")]
     assert waiting and "loading fake-coder" in waiting[0]
     assert messages(ctx, session_id)[-1][1] == "complete"
@@ -299,10 +306,10 @@ def test_the_page_waits_for_the_model_with_its_load_progress():
 
 def test_sessions_list_switch_rename_search_delete_and_export(ctx, engine):
     engine.enqueue("reply one", "reply two")
-    first, _ = send(ctx, "first topic")
-    run(ctx, first)
-    second, _ = send(ctx, "second <topic>")
-    run(ctx, second)
+    first, sent = send(ctx, "first topic")
+    run(ctx, sent)
+    second, sent = send(ctx, "second <topic>")
+    run(ctx, sent)
     assert [title for title, _ in h.session_choices(ctx)] == ["second <topic>", "first topic"]  # most recent first
 
     view = h.on_load(ctx, None)  # a fresh page shows the latest session
@@ -330,16 +337,16 @@ def test_sessions_list_switch_rename_search_delete_and_export(ctx, engine):
 
 def test_new_session_shows_a_selected_entry_until_its_first_message(ctx, engine):
     engine.enqueue("reply one", "reply two")
-    first, _ = send(ctx, "first topic")
-    run(ctx, first)
+    first, sent = send(ctx, "first topic")
+    run(ctx, sent)
     listing = h.new_session(ctx)["sessions"]
     assert listing.choices[0] == h.NEW_SESSION_ENTRY and listing.value == h.NEW_SESSION_ENTRY[1]
     assert ("first topic", first) in listing.choices  # nothing is stored for the empty session
     assert ctx.store.count_sessions() == 1
     assert h.select_session(ctx, h.NEW_SESSION_ENTRY[1])["session"] is None  # choosing the entry is a new page
     assert h.search(ctx, "first", None).choices == [("«first» topic", first)]  # a search lists sessions only
-    second, _ = send(ctx, "second topic")  # the first message creates it, titled after itself
-    run(ctx, second)
+    second, sent = send(ctx, "second topic")  # the first message creates it, titled after itself
+    run(ctx, sent)
     listing = h.select_session(ctx, second)["sessions"]
     assert listing.value == second and h.NEW_SESSION_ENTRY not in listing.choices
 
@@ -349,8 +356,8 @@ def test_delete_all_asks_with_the_count_then_empties_the_page(ctx, engine):
         h.ask_delete_all(ctx)
     engine.enqueue("r1", "r2")
     for text in ("one", "two"):
-        session_id, _ = send(ctx, text)
-        run(ctx, session_id)
+        session_id, sent = send(ctx, text)
+        run(ctx, sent)
     question = h.ask_delete_all(ctx)["confirm_all_text"]
     assert "all 2 sessions" in question and "cannot be recovered" in question
     out = h.confirm_delete_all(ctx)
@@ -359,9 +366,10 @@ def test_delete_all_asks_with_the_count_then_empties_the_page(ctx, engine):
 
 
 def test_settings_are_saved_with_the_session_and_restored(ctx, engine):
-    session_id, _ = send(ctx, "x")
-    run(ctx, session_id)
-    h.save_settings(ctx, session_id, 4, 0.7, 0.9, 128, False, False)
+    session_id, sent = send(ctx, "x")
+    run(ctx, sent)
+    assert h.change_settings(ctx, session_id, 4, 0.7, 0.9, 128, False, False)["settings"] == Settings(4, 0.7, 0.9, 128,
+                                                                                                     False, False)
     saved = ctx.store.get_session(session_id)["settings"]
     assert {k: saved[k] for k in h.SETTING_KEYS} == {"block_size": 4, "temperature": 0.7, "top_p": 0.9,
                                                     "max_new_tokens": 128, "fallback": False, "show_rejected": False}
@@ -401,8 +409,8 @@ def test_a_fresh_page_opens_the_latest_page_session_never_one_an_editor_made(ctx
     view = h.on_load(ctx, None)
     assert view["session"] is None and view["max_new_tokens"] != 64  # only API sessions: a new one, on the defaults
     engine.enqueue("a reply")
-    page_session, _ = send(ctx, "typed on the page")
-    run(ctx, page_session)
+    page_session, sent = send(ctx, "typed on the page")
+    run(ctx, sent)
     api_session = ctx.store.create_session("API · later", settings=api_settings)  # the newest now
     assert h.on_load(ctx, None)["session"] == page_session
     assert h.on_load(ctx, api_session)["session"] == api_session  # the browser showed it last: it comes back
@@ -410,8 +418,8 @@ def test_a_fresh_page_opens_the_latest_page_session_never_one_an_editor_made(ctx
 
 def test_the_tab_select_gradio_fires_while_the_page_loads_changes_nothing(ctx, engine):
     engine.enqueue("a reply")
-    session_id, _ = send(ctx, "a question")
-    run(ctx, session_id)
+    session_id, sent = send(ctx, "a question")
+    run(ctx, sent)
     assert h.tab_figures(ctx, None, None, mode="chat") == {}  # before on_load: no page id yet
     shown = h.tab_figures(ctx, session_id, "a-page-id", mode="chat")
     assert '<span class="tok"' in shown["token_view"]
@@ -420,18 +428,18 @@ def test_the_tab_select_gradio_fires_while_the_page_loads_changes_nothing(ctx, e
 
 def test_the_live_refresh_waits_for_the_page_to_load(ctx, engine):
     engine.enqueue("a reply")
-    session_id, _ = send(ctx, "a question")
-    run(ctx, session_id)
+    session_id, sent = send(ctx, "a question")
+    run(ctx, sent)
     assert h.live_refresh(ctx, None, "", None, None, None) == {}  # a tick before on_load draws nothing
     assert "sessions" in h.live_refresh(ctx, session_id, "", None, None, "a-page-id")
 
 
 def test_show_reply_renders_a_past_reply(ctx, engine):
     engine.enqueue("old reply", "new reply")
-    session_id, _ = send(ctx, "a")
-    run(ctx, session_id)
-    send(ctx, "b", session_id)
-    run(ctx, session_id)
+    session_id, sent = send(ctx, "a")
+    run(ctx, sent)
+    _, sent = send(ctx, "b", session_id)
+    run(ctx, sent)
     ids = [m["id"] for m in ctx.store.get_messages(session_id)]
     token_view = h.show_reply(ctx, ids, SimpleNamespace(index=1))["token_view"]
     assert "old" in token_view and "new" not in token_view
@@ -440,9 +448,9 @@ def test_show_reply_renders_a_past_reply(ctx, engine):
 def test_a_prompt_the_loaded_model_cannot_take_is_refused_with_a_message_and_kept():
     ctx = fake_studio(FakeEngine(context_window=16), load_delay_s=0.5, ui=False)
     ctx.engines.start()  # still loading: the length check waits for the model
-    session_id, _ = send(ctx, "word " * 40)
+    session_id, sent = send(ctx, "word " * 40)
     with pytest.warns(UserWarning, match="context window is 16 tokens"):
-        updates = run(ctx, session_id)
+        updates = run(ctx, sent)
     assert "Not generated" in updates[-1]["token_view"]
     assert messages(ctx, session_id) == [("user", "complete", "word " * 40)]  # the text is kept, no empty reply
 
@@ -450,27 +458,27 @@ def test_a_prompt_the_loaded_model_cannot_take_is_refused_with_a_message_and_kep
 def test_stop_while_queued_means_the_reply_never_starts_and_the_message_is_kept(ctx, engine):
     engine.delay_s = 0.05
     engine.enqueue(FakeReply(" ".join(["busy"] * 60), accept=(1,)))
-    busy, _ = send(ctx, "keeps the engine busy")
-    first = threading.Thread(target=run, args=(ctx, busy))
+    busy, busy_sent = send(ctx, "keeps the engine busy")
+    first = threading.Thread(target=run, args=(ctx, busy_sent))
     first.start()
-    session_id, _ = send(ctx, "waits in the queue")
+    session_id, sent = send(ctx, "waits in the queue")
     h.stop(ctx, session_id)  # pressed while the request waits for the engine
-    updates = run(ctx, session_id)
+    updates = run(ctx, sent)
     first.join(timeout=30)
     assert messages(ctx, session_id) == [("user", "complete", "waits in the queue")]
     assert "stopped before generation started" in updates[-1]["token_view"]
     assert len(engine.calls) == 1  # the engine never ran the stopped request
     # an earlier Stop does not block the next request
     engine.enqueue(FakeReply("fine", accept=(1,)))
-    h.regenerate(ctx, session_id)
-    run(ctx, session_id)
+    sent = h.regenerate(ctx, session_id, SETTINGS)
+    run(ctx, sent)
     assert messages(ctx, session_id)[-1] == ("assistant", "complete", "fine")
 
 
 def test_import_restores_an_exported_session_once_and_refuses_bad_files(ctx, engine, tmp_path):
     engine.enqueue("the reply")
-    session_id, _ = send(ctx, "keep me")
-    run(ctx, session_id)
+    session_id, sent = send(ctx, "keep me")
+    run(ctx, sent)
     exported = h.export(ctx, session_id).value
     path = exported["path"] if isinstance(exported, dict) else exported
     h.confirm_delete(ctx, session_id)
@@ -496,8 +504,8 @@ def test_the_page_imports_what_windows_tools_save_like_the_cli_does(ctx, engine,
     """The page's upload and `sessions import` read files with one reader: a UTF-8 byte-order mark
     (Notepad) or UTF-16 (PowerShell 5's `>`) imports, other encodings are refused by name."""
     engine.enqueue("the reply")
-    session_id, _ = send(ctx, "keep me")
-    run(ctx, session_id)
+    session_id, sent = send(ctx, "keep me")
+    run(ctx, sent)
     text = json.dumps(ctx.store.export_session(session_id), ensure_ascii=False)
     for name, data in (("bom.json", b"\xef\xbb\xbf" + text.encode()), ("utf16.json", text.encode("utf-16"))):
         h.confirm_delete(ctx, ctx.store.list_sessions()[0]["id"])
@@ -516,8 +524,8 @@ def busy_engine(ctx, engine, words=80):
     """A reply in another session that holds the one engine worker (~4 s unless stopped)."""
     engine.delay_s = 0.05
     engine.enqueue(FakeReply(" ".join(["busy"] * words), accept=(1,)))
-    busy, _ = send(ctx, "keeps the engine busy")
-    thread = threading.Thread(target=run, args=(ctx, busy))
+    busy, sent = send(ctx, "keeps the engine busy")
+    thread = threading.Thread(target=run, args=(ctx, sent))
     thread.start()
     assert engine.running.wait(5)
     return busy, thread
@@ -527,23 +535,23 @@ def test_a_message_is_refused_while_the_last_one_still_waits_for_the_engine(ctx,
     """Its reply has no stored row yet: a second message would be stored before it, answered out
     of order, and the second reply stream would find nothing to answer."""
     busy, thread = busy_engine(ctx, engine)
-    session_id, _ = send(ctx, "first")
-    waiting = threading.Thread(target=run, args=(ctx, session_id))
+    session_id, sent = send(ctx, "first")
+    waiting = threading.Thread(target=run, args=(ctx, sent))
     waiting.start()
     deadline = time.monotonic() + 5
-    while not ctx.reply_pending(session_id) and time.monotonic() < deadline:
+    while not ctx.replies.reply_pending(session_id) and time.monotonic() < deadline:
         time.sleep(0.01)
-    for attempt in (lambda: h.accept_send(ctx, session_id, "second", *CONTROLS),
-                    lambda: h.check_regenerate(ctx, session_id)):
+    for attempt in (lambda: h.check_send(ctx, session_id, "second", SETTINGS),
+                    lambda: h.check_regenerate(ctx, session_id, SETTINGS)):
         with pytest.raises(gr.Error, match="still waiting for the engine"):
             attempt()
     h.stop(ctx, busy)
     thread.join(10)
     waiting.join(10)
-    assert not ctx.reply_pending(session_id)  # forgotten as the reply ends, before the page hears of it
+    assert not ctx.replies.reply_pending(session_id)  # forgotten as the reply ends, before the page hears of it
     engine.enqueue("second answer")
-    send(ctx, "second", session_id)
-    run(ctx, session_id)
+    _, sent = send(ctx, "second", session_id)
+    run(ctx, sent)
     assert [m["content"] for m in ctx.store.get_messages(session_id)][::2] == ["first", "second"]
     assert messages(ctx, session_id)[-1] == ("assistant", "complete", "second answer")
 
@@ -552,20 +560,20 @@ def test_a_reply_the_page_stopped_reading_goes_on_and_stop_still_reaches_it(ctx,
     """Showing another session ends the page's stream: its last update changes nothing (the page
     shows the other session), the reply goes on and is saved, and a Stop pressed on coming back
     still stops it."""
-    other, _ = send(ctx, "the other one")
-    run(ctx, other)
+    other, sent = send(ctx, "the other one")
+    run(ctx, sent)
     engine.delay_s = 0.05
     engine.enqueue(FakeReply(" ".join(["tok"] * 200), accept=(1,)))
-    session_id, _ = send(ctx, "long please")
+    session_id, sent = send(ctx, "long please")
     updates = []
-    stream = threading.Thread(target=lambda: updates.extend(h.respond(ctx, session_id, *CONTROLS, page="tab-1")))
+    stream = threading.Thread(target=lambda: updates.extend(h.respond(ctx, sent["reply_request"], page="tab-1")))
     stream.start()
     while not any(u.get("streaming") for u in list(updates)):
         time.sleep(0.02)
     view = h.select_session(ctx, other, "", page="tab-1")  # returns once the stream has sent its last update
     assert not stream.is_alive() and updates[-1] == {}  # Gradio repeats a stream's last values as it ends
     assert view["chat"][0]["content"] == "the other one"
-    assert ctx.reply_pending(session_id)
+    assert ctx.replies.reply_pending(session_id)
     time.sleep(0.3)
     assert ctx.store.get_messages(session_id)[-1]["status"] == "streaming"  # still generating
     h.stop(ctx, session_id)
@@ -579,8 +587,8 @@ def test_a_reply_the_page_stopped_reading_goes_on_and_stop_still_reaches_it(ctx,
 def test_the_shown_session_refreshes_while_a_reply_the_page_does_not_stream_grows(ctx, engine):
     engine.delay_s = 0.05
     engine.enqueue(FakeReply(" ".join(["tok"] * 120), accept=(1,)))
-    session_id, _ = send(ctx, "grow")
-    stream = h.respond(ctx, session_id, *CONTROLS)
+    session_id, sent = send(ctx, "grow")
+    stream = h.respond(ctx, sent["reply_request"])
     streamed = next(u["streaming"] for u in stream if u.get("streaming"))
     seen = h.live_refresh(ctx, session_id, "", None, streamed, page="a-page-id")["live_seen"]
     time.sleep(1.2)  # the stored reply grows (flushed every second)
@@ -598,8 +606,8 @@ def test_the_shown_session_refreshes_while_a_reply_the_page_does_not_stream_grow
 def test_deleting_a_session_while_its_reply_streams_ends_the_stream_quietly(ctx, engine):
     engine.delay_s = 0.05
     engine.enqueue(FakeReply(" ".join(["tok"] * 200), accept=(1,)))
-    session_id, _ = send(ctx, "doomed")
-    stream = h.respond(ctx, session_id, *CONTROLS)
+    session_id, sent = send(ctx, "doomed")
+    stream = h.respond(ctx, sent["reply_request"])
     next(u for u in stream if u.get("streaming"))
     h.confirm_delete(ctx, session_id)
     updates = list(stream)  # no exception: it would badge every streamed output
@@ -608,7 +616,7 @@ def test_deleting_a_session_while_its_reply_streams_ends_the_stream_quietly(ctx,
 
 
 def test_rename_refuses_a_blank_title_before_anything_changes(ctx, engine):
-    session_id, _ = send(ctx, "named")
+    session_id, sent = send(ctx, "named")
     with pytest.raises(gr.Error, match="cannot be empty"):
         h.check_rename(session_id, "   ")
     with pytest.raises(gr.Error, match="No session selected"):
@@ -631,3 +639,29 @@ def test_a_reply_footer_gives_the_speedup_the_stats_give_also_when_redrawn_from_
     assert stats == pytest.approx(2.8 / 1.65)
     footer = h.chat_history(ctx, session_id)[0][-1]["content"]
     assert f"~{stats:.2f}× est. speedup" in footer
+
+
+def test_a_send_is_checked_once_and_respond_reads_nothing_again(ctx, engine, monkeypatch):
+    """The page's check hands the send what it accepted, and the send hands respond the checked
+    request: the context window is checked once before the engine's own check, and respond reads
+    none of the session's messages (only its stats, for the session chart at the end)."""
+    _, sent = send(ctx, "first")
+    run(ctx, sent)
+    checks, reads = [], []
+    check_request = engine.check_request
+    monkeypatch.setattr(engine, "check_request", lambda *args: checks.append(args) or check_request(*args))
+    get_messages = ctx.store.get_messages
+    monkeypatch.setattr(ctx.store, "get_messages", lambda *args: reads.append(args) or get_messages(*args))
+    accepted = h.check_send(ctx, sent["session"], "second", SETTINGS)
+    handed = h.submit_prompt(ctx, sent["session"], "second", SETTINGS, accepted)
+    assert len(checks) == 1
+    reads.clear()
+    updates = run(ctx, handed)
+    assert reads == [] and len(checks) == 2  # the second check is the engine's own, as it generates
+    assert updates[0]["reply_request"] is None  # asked for once: a second respond finds nothing to answer
+    with pytest.raises(gr.Error, match="Nothing to answer"):
+        run(ctx, {"reply_request": None})
+    assert engine.calls[-1]["prompt_ids"] == engine.encode([{"role": "user", "content": "first"},
+                                                            {"role": "assistant", "content": ctx.store.get_messages(
+                                                                sent["session"])[1]["content"]},
+                                                            {"role": "user", "content": "second"}])

@@ -371,8 +371,12 @@ def write_png_charts(figures: dict[str, dict], paths: list[Path]) -> None:
     """Each figure as a PNG file, as Plotly exports it: kaleido renders them in one local Chrome or
     Chromium. Called directly rather than through ``plotly.io.write_images``, which drops a figure
     that failed to render without a word; here a figure missing after a second try is an error."""
-    import kaleido
-    from kaleido.errors import BrowserFailedError, ChromeNotFoundError
+    try:
+        import kaleido
+        from kaleido.errors import BrowserFailedError, ChromeNotFoundError
+    except ImportError:
+        raise ChartExportError("the PNG charts need kaleido (Plotly's exporter), which dflash-studio installs: "
+                               "install the project again (pip install -e .) or pip install kaleido") from None
 
     width, height = PNG_SIZE
     specs = [{"fig": {**figure, "layout": {**figure["layout"], "height": height, "paper_bgcolor": "white"}},

@@ -1,7 +1,7 @@
-"""One reply as the page draws it: ``service.replies.record_reply`` runs it on the engine worker
-and records it in the store (the API runs its replies through the same function); here
-``stream_reply`` only reads its queue and yields ``ReplyTrace`` snapshots, coalescing cycles that
-arrive faster than the page can draw them.
+"""One reply as the page draws it: the reply service (``service.replies``) runs it on the engine
+worker and records it in the store (the API runs its replies through the same service); here
+``stream_reply`` only reads the service's typed items and yields ``ReplyTrace`` snapshots,
+coalescing cycles that arrive faster than the page can draw them.
 
 If the browser goes away mid-reply, the reply still finishes and is saved: the recording happens
 on the worker thread, not in the Gradio handler.
@@ -16,12 +16,24 @@ from dataclasses import dataclass
 
 from engine.events import Cycle, Failed, Finished, Started, event_to_dict
 from engine.interface import capabilities_of
-from service.replies import DONE, GenerationRequest, record_reply
+from service.items import Done, EventItem, Refused, ReplyError, ReplyItem, Saved
+from service.replies import GenerationRequest
 
 from .context import UIContext
 from .trace import ReplyTrace
 
-__all__ = ["GenerationRequest", "ReplyUpdate", "stream_reply"]  # GenerationRequest: what handlers build
+__all__ = ["GenerationRequest", "PageReply", "ReplyUpdate", "stream_reply"]  # GenerationRequest: what handlers build
+
+
+@dataclass(frozen=True)
+class PageReply:
+    """What a send (or Regenerate, or an edit) hands ``handlers.respond`` in a State: the checked
+    request, and the chat as it stood once the message was stored, which the reply is drawn under."""
+
+    request: GenerationRequest
+    rows: list  # the Chatbot rows before the reply
+    ids: list  # their message ids
+    notice: str = ""  # the line atop the reply when the session's model changed
 
 
 @dataclass
@@ -29,7 +41,7 @@ class ReplyUpdate:
     """A snapshot for the page: the trace so far and where the reply stands."""
 
     trace: ReplyTrace
-    status: str  # "waiting" | "streaming" | "complete" | "interrupted" | "error"
+    status: str  # "waiting" | "streaming" | "complete" | "interrupted" | "error" | "refused"
     message_id: int | None = None
     note: str = ""  # waiting: the model's load progress; error: the message
     cycles_added: int = 0
@@ -37,18 +49,11 @@ class ReplyUpdate:
 
 
 def stream_reply(ctx: UIContext, request: GenerationRequest) -> Iterator[ReplyUpdate]:
-    """Submit the request to the engine worker and yield snapshots until the reply ends. A page
+    """Hand the request to the reply service and yield snapshots until the reply ends. A page
     that stops reading (another session shown, the tab closed) leaves the reply running: it is
     saved, and Stop still reaches it until the worker is done with it."""
-    cancel = ctx.new_cancel(request.session_id)
     out: queue.Queue = queue.Queue()
-    try:
-        job = ctx.engines.submit(lambda engine: record_reply(ctx, request, engine, cancel, out),
-                                 model=request.settings.get("model"))  # the session's model, loaded first if need be
-    except BaseException:
-        ctx.forget_cancel(request.session_id, cancel)
-        raise
-    job.add_done_callback(lambda finished: _after_job(ctx, request, cancel, out, finished))
+    ctx.replies.start(request, out)
     engine = ctx.engines.engine
     trace = ReplyTrace.for_engine(capabilities_of(engine).kind if engine is not None else None)
     update = ReplyUpdate(trace, "waiting")
@@ -59,29 +64,14 @@ def stream_reply(ctx: UIContext, request: GenerationRequest) -> Iterator[ReplyUp
             item = out.get(timeout=0.25)
         except queue.Empty:
             if update.status == "waiting":
-                status = ctx.engines.status()
-                update.note = (f"loading {status.model_key}: {status.message} ({status.fraction:.0%})"
-                               if status.state == "loading" else "waiting for the engine…")
+                update.note = _waiting_note(ctx)
                 yield update
             elif withheld:  # the engine stalls (a slow step, a server that hangs): show what came
                 last_yield, withheld = time.monotonic(), False
                 yield update
                 update.cycles_added = 0
             continue
-        pending = [item]
-        while item is not DONE:  # drain what is already there: one page update for all of it
-            try:
-                item = out.get_nowait()
-            except queue.Empty:
-                break
-            pending.append(item)
-        done = False
-        for item in pending:
-            if item is DONE:
-                done = True
-            else:
-                _apply(update, item)
-        if done:
+        if _apply_all(update, _drain(out, item)):
             update.final = True
             if update.status in ("waiting", "streaming"):
                 update.status = "interrupted"
@@ -96,37 +86,52 @@ def stream_reply(ctx: UIContext, request: GenerationRequest) -> Iterator[ReplyUp
             withheld = True
 
 
-def _after_job(ctx: UIContext, request: GenerationRequest, cancel, out: queue.Queue, job) -> None:
-    """Forget the cancel flag, also when the job never ran; a job that failed or was cancelled
-    before ``record_reply`` ran (an unknown model, the worker shut down) never sent DONE, so the
-    stream gets its reason and DONE here (extra items after a DONE already sent are never read)."""
-    ctx.forget_cancel(request.session_id, cancel)
-    failure = "the engine worker stopped before it ran this request" if job.cancelled() else job.exception()
-    if failure is not None:
-        out.put(("error", failure if isinstance(failure, str) else f"{type(failure).__name__}: {failure}"))
-        out.put(DONE)
+def _waiting_note(ctx: UIContext) -> str:
+    status = ctx.engines.status()
+    return (f"loading {status.model_key}: {status.message} ({status.fraction:.0%})"
+            if status.state == "loading" else "waiting for the engine…")
 
 
-def _apply(update: ReplyUpdate, item: tuple) -> None:
-    kind, value = item
+def _drain(out: queue.Queue, first: ReplyItem) -> list[ReplyItem]:
+    """``first`` and what is already queued after it: one page update for all of it."""
+    items = [first]
+    while not isinstance(items[-1], Done):
+        try:
+            items.append(out.get_nowait())
+        except queue.Empty:
+            break
+    return items
+
+
+def _apply_all(update: ReplyUpdate, items: list[ReplyItem]) -> bool:
+    """Apply the items to the update; whether the reply is done."""
+    for item in items:
+        if isinstance(item, Done):
+            return True
+        _apply(update, item)
+    return False
+
+
+def _apply(update: ReplyUpdate, item: ReplyItem) -> None:
     trace = update.trace
-    if kind == "message":
-        update.message_id = value
-        update.status = "streaming"
-    elif kind == "refused":
-        update.status, update.note = "refused", value
-    elif kind == "error":
-        update.status, update.note = "error", value
-        trace.error = value
-    elif isinstance(value, Started):
-        trace.start(value.first_text, value.block_size, value.prefill_ms, value.first_part)
-    elif isinstance(value, Cycle):
-        trace.add_cycle(value)
-        update.cycles_added += 1
-    elif isinstance(value, Finished):
-        trace.finished = event_to_dict(value)
-        trace.cancelled = value.reason == "cancelled"
-        update.status = "interrupted" if trace.cancelled else "complete"
-    elif isinstance(value, Failed):
-        trace.error = value.message
-        update.status, update.note = ("interrupted" if value.interrupted else "error"), value.message
+    match item:
+        case Saved(message_id):
+            update.message_id = message_id
+            update.status = "streaming"
+        case Refused(reason):
+            update.status, update.note = "refused", reason
+        case ReplyError(error):
+            update.status, update.note = "error", error
+            trace.error = error
+        case EventItem(Started() as event):
+            trace.start(event.first_text, event.block_size, event.prefill_ms, event.first_part)
+        case EventItem(Cycle() as event):
+            trace.add_cycle(event)
+            update.cycles_added += 1
+        case EventItem(Finished() as event):
+            trace.finished = event_to_dict(event)
+            trace.cancelled = event.reason == "cancelled"
+            update.status = "interrupted" if trace.cancelled else "complete"
+        case EventItem(Failed() as event):
+            trace.error = event.message
+            update.status, update.note = ("interrupted" if event.interrupted else "error"), event.message

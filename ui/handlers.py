@@ -2,7 +2,7 @@
 the components they change (names as in ``ui.layout``; ``ui.named.Outputs`` maps them).
 
 Everything shown comes from the store (sessions, messages, cycles); the browser keeps only the
-id of the session it shows. Engine work goes through ``ctx.engines.submit`` (one worker).
+id of the session it shows. Replies go through the reply service (``ctx.replies``, one engine worker).
 Bad input raises ``gr.Error`` with a clear message before anything is stored or cleared.
 """
 
@@ -14,7 +14,7 @@ import re
 import secrets
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gradio as gr
@@ -23,29 +23,31 @@ from engine.config import FallbackConfig, SamplingConfig
 from engine.errors import DFlashError, PromptTooLongError, check_prompt_text
 from engine.interface import capabilities_of
 from engine.prompts import heal_code_prompt
+from service.settings import InvalidSettings, Settings
 from storage.errors import ImportFormatError
 from storage.records import stored_model
 from storage.transfer import parse_export
 
 from . import charts
 from .context import STORE_ERRORS, UIContext
-from .generation import GenerationRequest, stream_reply
+from .generation import GenerationRequest, PageReply, stream_reply
 from .models import model_status_html, model_view, prompt_for_model, reply_notices, session_model
 from .named import refused
 from .render import assistant_markdown, esc, render_token_view, stats_html, user_markdown
 from .thinking import save_thinking, thinking_setting
 from .trace import ReplyTrace
 
-SETTING_KEYS = ("block_size", "temperature", "top_p", "max_new_tokens", "fallback", "show_rejected")
+SETTING_KEYS = Settings.keys()  # the setting controls, by name
 TITLE_CHARS = 48
 # What each kind of event may change, by component name (the order is the Gradio API's).
 REPLY_FIGURES = ("token_view", "stats", "acceptance_chart", "tau_histogram", "position_chart")
 SESSION_VIEW = ("session", "remembered", "chat", "msg_ids", "sessions", "title", "token_view", "stats",
-                "acceptance_chart", "session_chart", "tau_histogram", "position_chart", *SETTING_KEYS, "streaming", "model", "model_status")
-SENT = ("session", "remembered", "chat", "msg_ids", "chat_input", "sessions", "title")
-COMPLETED = ("session", "remembered", "chat", "msg_ids", "sessions", "title")
+                "acceptance_chart", "session_chart", "tau_histogram", "position_chart", *SETTING_KEYS, "settings", "streaming", "model",
+                "model_status")
+SENT = ("session", "remembered", "chat", "msg_ids", "chat_input", "sessions", "title", "reply_request")
+COMPLETED = ("session", "remembered", "chat", "msg_ids", "sessions", "title", "reply_request")
 STREAMED = ("chat", "msg_ids", "token_view", "stats", "acceptance_chart", "session_chart", "tau_histogram",
-            "position_chart", "code", "streaming")
+            "position_chart", "code", "streaming", "reply_request")
 MODEL_STATUS = ("model_status", "timer", "block_size", "fallback", "show_rejected")  # the last three follow the engine
 LIVE = ("sessions", "chat", "msg_ids", "token_view", "stats", "acceptance_chart", "session_chart", "tau_histogram",
         "position_chart", "live_seen")
@@ -59,29 +61,28 @@ REPEATED_PICK_S = 2.0  # a pick of the pair refused this long ago or less is the
 DEFAULTS_PREFERENCE = "new_session_settings"  # the preferences row that holds the saved defaults
 
 
-def startup_settings(ctx: UIContext) -> dict:
+def startup_settings(ctx: UIContext) -> Settings:
     """The defaults the app was started with (``serve --max-new-tokens/--block-size/--fallback``;
     the block size is the draft's own unless given)."""
     d = ctx.defaults
     engine = ctx.engines.engine
     block = d.block_size or (engine.block_size if engine is not None else 8)
-    return {"block_size": int(block), "temperature": d.temperature, "top_p": d.top_p,
-            "max_new_tokens": d.max_new_tokens, "fallback": d.fallback, "show_rejected": d.show_rejected}
+    return Settings(block_size=int(block), temperature=d.temperature, top_p=d.top_p,
+                    max_new_tokens=d.max_new_tokens, fallback=d.fallback, show_rejected=d.show_rejected)
 
 
-def saved_defaults(ctx: UIContext) -> dict:
-    """The defaults saved on the page (*Save as defaults*, a row in the session database), or {}
+def saved_defaults(ctx: UIContext) -> Settings | None:
+    """The defaults saved on the page (*Save as defaults*, a row in the session database), or None
     when none were saved or they no longer pass the checks (a smaller maximum block size now)."""
     try:
-        saved = ctx.store.get_preference(DEFAULTS_PREFERENCE) or {}
-        settings = settings_from_controls(*(saved[key] for key in SETTING_KEYS))
+        settings = Settings.from_mapping(ctx.store.get_preference(DEFAULTS_PREFERENCE) or {})
         check_settings(ctx, settings)
     except (*STORE_ERRORS, KeyError, gr.Error):
-        return {}
+        return None
     return settings
 
 
-def default_settings(ctx: UIContext) -> dict:
+def default_settings(ctx: UIContext) -> Settings:
     """What a new session starts from: the saved defaults, else the start-up ones. Only the
     page's *Save as defaults* changes them: a session's settings (the page's or an API
     request's) stay with that session."""
@@ -91,9 +92,9 @@ def default_settings(ctx: UIContext) -> dict:
 def defaults_note(ctx: UIContext) -> str:
     """Where a new session's settings come from, in one line under the settings."""
     d = default_settings(ctx)
-    figures = (f"block {d['block_size']} · temperature {d['temperature']:g} · top-p {d['top_p']:g} · "
-               f"{d['max_new_tokens']} new tokens · fallback {'on' if d['fallback'] else 'off'} · "
-               f"rejected drafts {'shown' if d['show_rejected'] else 'hidden'}")
+    figures = (f"block {d.block_size} · temperature {d.temperature:g} · top-p {d.top_p:g} · "
+               f"{d.max_new_tokens} new tokens · fallback {'on' if d.fallback else 'off'} · "
+               f"rejected drafts {'shown' if d.show_rejected else 'hidden'}")
     source = ("saved on this page (*Save as defaults*; *Reset* goes back to the start-up options)"
               if saved_defaults(ctx) else
               "the start-up options (`serve --block-size`, `--max-new-tokens`, `--no-fallback`); "
@@ -101,12 +102,12 @@ def defaults_note(ctx: UIContext) -> str:
     return f"New sessions start with {figures}: {source}."
 
 
-def save_defaults(ctx: UIContext, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> str:
+def save_defaults(ctx: UIContext, settings: Settings) -> str:
     """*Save as defaults*: the settings shown become what new sessions start from."""
-    settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
     check_settings(ctx, settings)
     try:
-        ctx.store.set_preference(DEFAULTS_PREFERENCE, settings)
+        # thinking is the session's own (its control starts at each model family's default)
+        ctx.store.set_preference(DEFAULTS_PREFERENCE, settings.with_thinking(None).as_dict())
     except STORE_ERRORS as exc:
         raise refused(f"Cannot save the defaults: {exc}") from None
     gr.Info("Saved: new sessions start with these settings.")
@@ -126,31 +127,49 @@ def reset_defaults(ctx: UIContext, session_id: int | None) -> dict:
     return view
 
 
-def settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
-    def number(value, cast, name):
+def settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> Settings:
+    """The one place the six controls become a ``Settings`` (a value that is not a number is refused)."""
+    try:
+        return Settings.from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
+    except InvalidSettings as exc:
+        raise refused(str(exc)) from None
+
+
+def change_settings(ctx: UIContext, session_id: int | None, block_size, temperature, top_p, max_new_tokens,
+                    fallback, show_rejected, current: Settings | None = None) -> dict:
+    """The user changed a setting: the page's ``Settings`` (the State every send reads) and the
+    session's stored settings follow (settings belong to the session). ``current``: the page's
+    Settings until now, whose thinking choice stays (it has its own control: ``change_thinking``)."""
+    settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
+    if isinstance(current, Settings):
+        settings = settings.with_thinking(current.thinking)
+    if session_id is not None:
         try:
-            return cast(value)
-        except (TypeError, ValueError):
-            raise refused(f"{name} must be a number (got {value!r})") from None
-
-    return {
-        "block_size": number(block_size, int, "block size"),
-        "temperature": number(temperature, float, "temperature"),
-        "top_p": number(top_p, float, "top-p"),
-        "max_new_tokens": number(max_new_tokens, int, "max new tokens"),
-        "fallback": bool(fallback),
-        "show_rejected": bool(show_rejected),
-    }
+            stored = {**settings.as_dict(), "model": stored_model(ctx.store.get_session(session_id))
+                      or ctx.engines.current_key}  # its own model
+            ctx.store.update_session_settings(session_id, stored)
+        except STORE_ERRORS:
+            pass  # the session was deleted meanwhile: nothing to save it into
+    return {"settings": settings}
 
 
-def check_settings(ctx: UIContext, settings: dict, prompt=None, raw: bool = False) -> tuple[SamplingConfig, FallbackConfig]:
+def change_thinking(ctx: UIContext, session_id: int | None, thinking, current: Settings | None) -> dict:
+    """The user switched a reasoning model's thinking: the page's ``Settings`` take it, and the
+    session keeps it (``ui.thinking.save_thinking``: its other stored settings stay as they are)."""
+    if not isinstance(current, Settings):  # a Gradio API caller's State holds what it was given
+        raise refused("Invalid settings: set them first (the settings controls).")
+    save_thinking(ctx, session_id, thinking)
+    return {"settings": current.with_thinking(thinking)}
+
+
+def check_settings(ctx: UIContext, settings: Settings | None, prompt=None, raw: bool = False) -> tuple[SamplingConfig, FallbackConfig]:
     """Server-side validation at the edge, before anything is stored (every event is an API
     too): the settings, and with a ``prompt`` and a loaded model, ``engine.check_request`` (the
     context window). The engine checks every request again itself when it generates."""
-    sampling = SamplingConfig(max_new_tokens=settings["max_new_tokens"], block_size=settings["block_size"],
-                              temperature=settings["temperature"], top_p=settings["top_p"])
+    if not isinstance(settings, Settings):  # a Gradio API caller's State holds what it was given
+        raise refused("Invalid settings: set them first (the settings controls).")
     try:
-        sampling.validate(max_block_size=ctx.defaults.max_block_size)
+        sampling = settings.sampling(max_block_size=ctx.defaults.max_block_size)
     except DFlashError as exc:
         raise refused(f"Invalid settings: {exc}") from None
     engine = ctx.engines.engine
@@ -159,13 +178,20 @@ def check_settings(ctx: UIContext, settings: dict, prompt=None, raw: bool = Fals
             engine.check_request(engine.encode(prompt, raw=raw), sampling)
         except DFlashError as exc:
             raise refused(refusal_text(exc)) from None
-    return sampling, FallbackConfig(enabled=settings["fallback"])
+    return sampling, settings.fallback_config()
 
 
-def settings_outputs(ctx: UIContext, settings: dict | None) -> dict:
-    """The setting controls: the session's settings over the defaults."""
-    merged = {**default_settings(ctx), **{k: v for k, v in (settings or {}).items() if k in SETTING_KEYS}}
-    return {key: merged[key] for key in SETTING_KEYS}
+def settings_outputs(ctx: UIContext, stored: dict | None) -> dict:
+    """The setting controls and the page's ``Settings``: the session's settings over the defaults."""
+    defaults = default_settings(ctx)
+    merged = {**defaults.as_dict(), **{k: v for k, v in (stored or {}).items() if k in SETTING_KEYS}}
+    try:
+        settings = Settings.from_mapping(merged)
+    except InvalidSettings:  # a stored value that is not a number (an edited export): the defaults
+        settings = defaults
+    thinking = (stored or {}).get("thinking")  # the session's own choice; a default never has one
+    settings = settings.with_thinking(thinking if isinstance(thinking, bool) else None)
+    return {**merged, "settings": settings}
 
 
 # ============================================================================ views
@@ -414,7 +440,7 @@ def ask_delete(session_id: int | None):
 def confirm_delete(ctx: UIContext, session_id: int | None, page: str | None = None) -> dict:
     ctx.leave_stream(page)
     if session_id is not None:
-        ctx.cancel(session_id)
+        ctx.replies.stop(session_id)
         try:
             ctx.store.delete_session(session_id)
         except STORE_ERRORS as exc:
@@ -453,7 +479,7 @@ def confirm_delete_all(ctx: UIContext, page: str | None = None) -> dict:
     """Every session goes, unrecoverably (the store overwrites the deleted text); running replies stop."""
     ctx.leave_stream(page)
     for session in ctx.store.list_sessions(limit=None):
-        ctx.cancel(session["id"])
+        ctx.replies.stop(session["id"])
     try:
         count = ctx.store.delete_all_sessions()
     except STORE_ERRORS as exc:
@@ -519,18 +545,6 @@ def import_summary(results) -> str:
     return f"Imported {len(results)} session{'s' * (len(results) != 1)}: {', '.join(parts)}."
 
 
-def save_settings(ctx: UIContext, session_id: int | None, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> None:
-    """Settings belong to the session: saved whenever the user changes one."""
-    if session_id is None:
-        return
-    settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
-    try:
-        settings["model"] = stored_model(ctx.store.get_session(session_id)) or ctx.engines.current_key  # its own
-        ctx.store.update_session_settings(session_id, settings)
-    except STORE_ERRORS:
-        pass  # the session was deleted meanwhile: nothing to save it into
-
-
 def show_reply(ctx: UIContext, message_ids: list[int], evt: gr.SelectData) -> dict:
     """Clicking a reply in the chat shows its tokens and figures (``REPLY_FIGURES``)."""
     index = evt.index if isinstance(evt.index, int) else evt.index[0]
@@ -561,22 +575,25 @@ def refusal_text(exc: Exception) -> str:
     return _sentence(str(exc))
 
 
-def _store_prompt(ctx: UIContext, session_id: int | None, text: str, kind: str, settings: dict) -> int:
+def _store_prompt(ctx: UIContext, accepted: Accepted) -> tuple[int, str]:
+    """Store the accepted message (committed before generation starts); returns its session and title."""
+    session_id, model = accepted.session_id, accepted.model
+    settings = {**accepted.settings.as_dict(), "model": model}
     try:
         session = ctx.store.get_session(session_id) if session_id is not None else None
-        model = session_model(ctx, session)  # a session keeps its model; a new one takes the loaded one
-        settings = {**settings, "model": model}
         if session is None:
-            session_id = ctx.store.create_session(_title(text), model=model, settings=settings)
+            title = _title(accepted.text)
+            session_id = ctx.store.create_session(title, model=model, settings=settings)
         else:
+            title = session["title"]
             ctx.store.update_session_settings(session_id, settings)
             if ctx.engines.resolve(session["model"]) != model:
                 ctx.store.update_session_model(session_id, model)
-        ctx.store.add_message(session_id, "user", text, kind=kind, settings=settings)
+        ctx.store.add_message(session_id, "user", accepted.text, kind=accepted.kind, settings=settings)
     except STORE_ERRORS as exc:
         raise refused(f"Could not save the message: {exc}") from None
-    ctx.mark_request(session_id)
-    return session_id
+    ctx.replies.mark_request(session_id)
+    return session_id, title
 
 
 def _prompt_text(text) -> str:
@@ -591,23 +608,58 @@ def _sentence(message: str) -> str:
     return message[:1].upper() + message[1:] + ("" if message.endswith((".", "!", "?")) else ".")
 
 
-def check_send(ctx: UIContext, session_id: int | None, text: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
-    """Everything that can refuse a chat message, before anything is stored; returns the settings.
+@dataclass(frozen=True)
+class Accepted:
+    """A message or some code that passed its check, with what the check worked out: the page
+    keeps it in a State for the send, and the send stores exactly this."""
+
+    session_id: int | None  # None: a new session, made by the send
+    text: str
+    kind: str  # "chat" | "complete"
+    settings: Settings
+    model: str  # the pair that answers: the session's, or the loaded one for a new session
+    prompt: object  # what the model is asked: the chat so far and this message, or the code healed
+    sampling: SamplingConfig
+    fallback: FallbackConfig
+    notice: str = ""  # the line atop the reply when the session's model changed
+
+
+def check_send(ctx: UIContext, session_id: int | None, text: str, settings: Settings) -> Accepted:
+    """Everything that can refuse a chat message, before anything is stored; returns what it accepted.
     The page runs it as an event of its own without outputs, so a refusal is one toast and leaves
     the page as it was (Gradio marks every output of an event that raises with an Error badge)."""
     text = _prompt_text(text)
-    settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
     messages = _messages(ctx, session_id) if session_id is not None else []
     _check_no_reply_waiting(ctx, session_id, messages)
-    model = session_model(ctx, ctx.store.get_session(session_id) if messages else None)
-    check_settings(ctx, settings, prompt_for_model(ctx, messages, model) + [{"role": "user", "content": text}])
-    return settings
+    model = session_model(ctx, _session(ctx, session_id))
+    prompt = prompt_for_model(ctx, messages, model) + [{"role": "user", "content": text}]
+    sampling, fallback = check_settings(ctx, settings, prompt)
+    notice = reply_notices(ctx, messages, model).get(None, "")
+    return Accepted(session_id, text, "chat", settings, model, prompt, sampling, fallback, notice)
+
+
+def check_completion(ctx: UIContext, session_id: int | None, code: str, settings: Settings) -> Accepted:
+    """Everything that can refuse a Complete-mode prompt (see ``check_send``): the model continues
+    the code as raw text."""
+    code = _prompt_text(code)
+    sampling, fallback = check_settings(ctx, settings, code, raw=True)
+    model = session_model(ctx, _session(ctx, session_id))
+    return Accepted(session_id, code, "complete", settings, model, heal_code_prompt(code), sampling, fallback)
+
+
+def _session(ctx: UIContext, session_id: int | None):
+    if session_id is None:
+        return None
+    try:
+        return ctx.store.get_session(session_id)
+    except STORE_ERRORS:
+        raise refused("This session was deleted (in another tab?); pick or start another one.") from None
 
 
 def _check_no_reply_waiting(ctx: UIContext, session_id: int | None, messages: list[dict]) -> None:
     """A reply that waits for the engine (a model loading, another reply running) has no stored
     row yet: a message, regenerate or edit now would be stored before it and answered out of order."""
-    if messages and messages[-1]["role"] == "user" and ctx.reply_pending(session_id):
+    if messages and messages[-1]["role"] == "user" and ctx.replies.reply_pending(session_id):
         raise refused("The last message is still waiting for the engine: wait until its reply starts "
                        "(or stop it) and try again.")
 
@@ -619,118 +671,89 @@ def _messages(ctx: UIContext, session_id: int) -> list[dict]:
         raise refused("This session was deleted (in another tab?); pick or start another one.") from None
 
 
-def accept_send(ctx: UIContext, session_id: int | None, text: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
-    """``check_send`` as the page runs it: what it accepted, kept in a State for the send. The box
-    may hold other text by the time the send runs (typed meanwhile); the accepted text is sent."""
-    check_send(ctx, session_id, text, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
-    return {"session": session_id, "text": text,
-            "controls": [block_size, temperature, top_p, max_new_tokens, fallback, show_rejected]}
+def submit_prompt(ctx: UIContext, session_id: int | None, text: str, settings: Settings,
+                  accepted: Accepted | None = None) -> dict:
+    """Store the user's message (committed before generation starts), show it (``SENT``) and
+    hand ``respond`` the reply to make (``reply_request``).
 
-
-def submit_prompt(ctx: UIContext, session_id: int | None, text: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected,
-                  accepted: dict | None = None) -> dict:
-    """Store the user's message (committed before generation starts) and show it (``SENT``).
-
-    From the page, ``accepted`` is what ``accept_send`` passed (session, message, settings) and
-    ``text`` what the box holds now: the accepted message is sent, and the box is emptied only if
-    it still holds it, so text typed since stays. Through the API there is no ``accepted``."""
-    in_box = text
-    if accepted is not None:
-        session_id, text = accepted["session"], accepted["text"]
-        block_size, temperature, top_p, max_new_tokens, fallback, show_rejected = accepted["controls"]
-    settings = check_send(ctx, session_id, text, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
-    session_id = _store_prompt(ctx, session_id, text, "chat", settings)
-    view = _stored_prompt_view(ctx, session_id)
+    From the page, ``accepted`` is what ``check_send`` passed (session, message, settings, prompt)
+    and ``text`` what the box holds now: the accepted message is sent, and the box is emptied
+    only if it still holds it, so text typed since stays. Through the Gradio API there is no
+    ``accepted``: the message is checked here."""
+    if accepted is None:
+        accepted = check_send(ctx, session_id, text, settings)
+    view = _submit(ctx, accepted)
     view["chat"] = view["chat"] + [PENDING]
-    if in_box == text:
+    if text == accepted.text:
         view["chat_input"] = ""
     return view
 
 
-def _stored_prompt_view(ctx: UIContext, session_id: int) -> dict:
-    """The session, its chat, its place in the list (``COMPLETED``)."""
+def submit_completion(ctx: UIContext, session_id: int | None, code: str, settings: Settings,
+                      accepted: Accepted | None = None) -> dict:
+    """Complete mode: store the code as a 'complete' prompt (``COMPLETED``); the model continues
+    it as raw text. ``accepted``: what the page's check passed (see ``submit_prompt``)."""
+    if accepted is None:
+        accepted = check_completion(ctx, session_id, code, settings)
+    return _submit(ctx, accepted)
+
+
+def _submit(ctx: UIContext, accepted: Accepted) -> dict:
+    """Store what was accepted; the session's view, and the reply ``respond`` makes."""
+    session_id, title = _store_prompt(ctx, accepted)
     rows, ids = chat_history(ctx, session_id)
+    request = _generation_request(ctx, session_id, accepted.prompt, accepted.kind, accepted.settings, accepted.model,
+                                  accepted.sampling, accepted.fallback)
     return {"session": session_id, "remembered": session_id, "chat": rows, "msg_ids": ids,
-            "sessions": session_list(ctx, session_id), "title": ctx.store.get_session(session_id)["title"]}
+            "sessions": session_list(ctx, session_id), "title": title,
+            "reply_request": PageReply(request, rows, ids, accepted.notice)}
 
 
-def check_completion(ctx: UIContext, session_id: int | None, code: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
-    """Everything that can refuse a Complete-mode prompt (see ``check_send``); returns the settings."""
-    code = _prompt_text(code)
-    settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
-    check_settings(ctx, settings, code, raw=True)
-    return settings
+def _generation_request(ctx: UIContext, session_id: int, prompt, kind: str, settings: Settings, model: str,
+                        sampling: SamplingConfig, fallback: FallbackConfig) -> GenerationRequest:
+    """The request for the service; a sampled reply gets a stored seed, so that it can be
+    replayed (Teach's comparison). A reasoning model's thinking on/off goes with it as the
+    model can take it (``ui.thinking``), read back when the service renders the prompt."""
+    stored = {**settings.with_thinking(None).as_dict(), "model": model, **thinking_setting(ctx, settings.thinking)}
+    if sampling.temperature > 0:
+        stored["seed"] = secrets.randbelow(2**31)
+        sampling = replace(sampling, seed=stored["seed"])
+    return GenerationRequest(session_id, prompt, kind == "complete", kind, sampling, fallback, stored)
 
 
-def accept_completion(ctx: UIContext, session_id: int | None, code: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected) -> dict:
-    """``check_completion`` as the page runs it: the code and settings it accepted (see ``accept_send``)."""
-    check_completion(ctx, session_id, code, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
-    return {"session": session_id, "text": code,
-            "controls": [block_size, temperature, top_p, max_new_tokens, fallback, show_rejected]}
-
-
-def submit_completion(ctx: UIContext, session_id: int | None, code: str, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected,
-                      accepted: dict | None = None) -> dict:
-    """Complete mode: store the code as a 'complete' prompt; the model continues it as raw text.
-    ``accepted``: what the page's check passed, sent whatever the editor holds by now (``submit_prompt``)."""
-    if accepted is not None:
-        session_id, code = accepted["session"], accepted["text"]
-        block_size, temperature, top_p, max_new_tokens, fallback, show_rejected = accepted["controls"]
-    settings = check_completion(ctx, session_id, code, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
-    session_id = _store_prompt(ctx, session_id, code, "complete", settings)
-    return _stored_prompt_view(ctx, session_id)
-
-
-def respond(ctx: UIContext, session_id: int | None, block_size, temperature, top_p, max_new_tokens, fallback, show_rejected,
-            page: str | None = None, thinking: bool | None = None, *, to_editor: bool = False):
-    """Stream the reply to the session's last user message: chat, token view, stats, charts
-    (and, ``to_editor``, the code editor: for the Complete button, not for a Regenerate that may
-    find other code typed there), once per verified block.
+def respond(ctx: UIContext, reply: PageReply | None, page: str | None = None, *, to_editor: bool = False):
+    """Stream the reply that the send (or Regenerate, or an edit) handed over: chat, token view,
+    stats, charts (and, ``to_editor``, the code editor: for the Complete button, not for a
+    Regenerate that may find other code typed there), once per verified block.
 
     ``page`` (the browser page's id): when that page shows another session, the stream stops
     drawing and the reply goes on generating and is saved (``UIContext.leave_stream``).
     ``streaming`` is the id of the reply this page streams (and has shown whole once it ends), so
-    that ``live_refresh`` leaves it alone."""
-    if session_id is None:
-        raise refused("No session: send a message first.")
-    settings = settings_from_controls(block_size, temperature, top_p, max_new_tokens, fallback, show_rejected)
-    sampling, fallback = check_settings(ctx, settings)
-    settings.update(thinking_setting(ctx, thinking))  # a reasoning model's thinking on/off (ui.thinking)
-    if sampling.temperature > 0:  # a stored seed makes a sampled reply reproducible (teach mode's compare)
-        settings["seed"] = secrets.randbelow(2**31)
-        sampling = replace(sampling, seed=settings["seed"])
-    try:
-        messages = ctx.store.get_messages(session_id)
-        settings["model"] = session_model(ctx, ctx.store.get_session(session_id))  # the session's model answers
-    except STORE_ERRORS as exc:
-        raise refused(str(exc)) from None
-    if not messages or messages[-1]["role"] != "user":  # e.g. a second request for one message
-        gr.Warning("Nothing to answer: the last message already has a reply.")
-        return
-    last = messages[-1]
-    complete = last["kind"] == "complete"
-    prompt = heal_code_prompt(last["content"]) if complete else prompt_for_model(ctx, messages, settings["model"])
-    save_thinking(ctx, session_id, thinking)
-    request = GenerationRequest(session_id, prompt, complete, last["kind"], sampling, fallback, settings)
+    that ``live_refresh`` leaves it alone. The first update empties ``reply_request``: a reply is
+    asked for once."""
+    if reply is None:
+        raise refused("Nothing to answer: send a message first.")
     stream = ctx.watch_stream(page) if page else None
     try:
-        for view in _reply_views(ctx, request, to_editor):
+        first = True
+        for view in _reply_views(ctx, reply, to_editor):
             if stream is not None and stream.left.is_set():
                 # Gradio ends a stream by sending its last values again: make them "no change"
                 yield {}
                 return
-            yield view
+            yield {**view, "reply_request": None} if first else view
+            first = False
     finally:
         if stream is not None:
             ctx.end_stream(page, stream)
 
 
-def _reply_views(ctx: UIContext, request: GenerationRequest, to_editor: bool):
+def _reply_views(ctx: UIContext, reply: PageReply, to_editor: bool):
     """``respond``'s page updates (``STREAMED``) for one reply."""
+    request = reply.request
     session_id, complete = request.session_id, request.raw
-    base_rows, base_ids = chat_history(ctx, session_id)
+    base_rows, base_ids = reply.rows, reply.ids
     mode = "complete" if complete else "chat"
-    notice = "" if complete else reply_notices(ctx, ctx.store.get_messages(session_id), request.settings["model"]).get(None, "")
     last_chart = 0.0
     for update in stream_reply(ctx, request):
         trace = update.trace
@@ -742,7 +765,7 @@ def _reply_views(ctx: UIContext, request: GenerationRequest, to_editor: bool):
         if update.status == "waiting":
             yield {"chat": base_rows + [{"role": "assistant", "content": f"⏳ {esc(update.note)}"}], "msg_ids": base_ids}
             continue
-        content = notice + assistant_markdown(trace.text, update.status, trace, trace.error, request.kind)
+        content = reply.notice + assistant_markdown(trace.text, update.status, trace, trace.error, request.kind)
         view = {"chat": base_rows + [{"role": "assistant", "content": content}],
                 "msg_ids": base_ids + ([update.message_id] if update.message_id is not None else []),
                 "token_view": render_token_view(trace, mode), "stats": stats_html(trace),
@@ -776,11 +799,12 @@ def _session_chart(ctx: UIContext, session_id: int) -> dict:
 
 
 def stop(ctx: UIContext, session_id: int | None) -> None:
-    ctx.cancel(session_id)
+    ctx.replies.stop(session_id)
 
 
-def check_regenerate(ctx: UIContext, session_id: int | None) -> list[dict]:
-    """What can refuse Regenerate (see ``check_send``); returns the user messages."""
+def check_regenerate(ctx: UIContext, session_id: int | None, settings: Settings) -> tuple[list, SamplingConfig, FallbackConfig]:
+    """What can refuse Regenerate (see ``check_send``); returns the session's messages up to its
+    last user message, and the checked settings."""
     if session_id is None:
         raise refused("No session selected.")
     messages = _messages(ctx, session_id)
@@ -790,20 +814,36 @@ def check_regenerate(ctx: UIContext, session_id: int | None) -> list[dict]:
     if messages[-1]["role"] == "assistant" and messages[-1]["status"] == "streaming":
         raise refused("A reply is still being generated: stop it first.")
     _check_no_reply_waiting(ctx, session_id, messages)
-    return users
+    sampling, fallback = check_settings(ctx, settings)
+    return [m for m in messages if m["seq"] <= users[-1]["seq"]], sampling, fallback
 
 
-def regenerate(ctx: UIContext, session_id: int | None) -> dict:
-    """Drop the last reply so that ``respond`` answers the last user message again."""
-    users = check_regenerate(ctx, session_id)
-    ctx.store.delete_messages_after(session_id, users[-1]["seq"])
-    ctx.mark_request(session_id)
+def regenerate(ctx: UIContext, session_id: int | None, settings: Settings) -> dict:
+    """Drop the last reply and hand ``respond`` the last user message to answer again."""
+    asked, sampling, fallback = check_regenerate(ctx, session_id, settings)
+    ctx.store.delete_messages_after(session_id, asked[-1]["seq"])
+    ctx.replies.mark_request(session_id)
     rows, ids = chat_history(ctx, session_id)
-    return {"chat": rows + [PENDING], "msg_ids": ids}
+    return {"chat": rows + [PENDING], "msg_ids": ids,
+            "reply_request": _answer_last(ctx, session_id, asked, settings, sampling, fallback, rows, ids)}
 
 
-def check_edit(ctx: UIContext, session_id: int | None, message_ids: list[int], evt: gr.EditData) -> tuple:
-    """What can refuse an edit (see ``check_send``): (user messages, the edited one, its new text)."""
+def _answer_last(ctx: UIContext, session_id: int, messages: list, settings: Settings, sampling: SamplingConfig,
+                 fallback: FallbackConfig, rows: list, ids: list) -> PageReply:
+    """The reply to a session's last message, a user's (Regenerate, an edit), as ``respond`` makes it."""
+    model = session_model(ctx, _session(ctx, session_id))
+    last = messages[-1]
+    complete = last["kind"] == "complete"
+    prompt = heal_code_prompt(last["content"]) if complete else prompt_for_model(ctx, messages, model)
+    notice = "" if complete else reply_notices(ctx, messages, model).get(None, "")
+    request = _generation_request(ctx, session_id, prompt, last["kind"], settings, model, sampling, fallback)
+    return PageReply(request, rows, ids, notice)
+
+
+def check_edit(ctx: UIContext, session_id: int | None, message_ids: list[int], evt: gr.EditData,
+               settings: Settings) -> tuple:
+    """What can refuse an edit (see ``check_send``): (user messages, the edited one, its new text,
+    the checked sampling and fallback)."""
     index = evt.index if isinstance(evt.index, int) else evt.index[0]
     if session_id is None or not 0 <= index < len(message_ids):
         raise refused("That message is not in this session any more; reload the page.")
@@ -816,16 +856,18 @@ def check_edit(ctx: UIContext, session_id: int | None, message_ids: list[int], e
     if messages[-1]["role"] == "assistant" and messages[-1]["status"] == "streaming":
         raise refused("A reply is still being generated: stop it first.")
     _check_no_reply_waiting(ctx, session_id, messages)
-    return users, edited, text
+    return users, edited, text, *check_settings(ctx, settings)
 
 
-def edit_message(ctx: UIContext, session_id: int | None, message_ids: list[int], evt: gr.EditData) -> dict:
-    """Edit-and-resend; returns the session view (``SESSION_VIEW``) with a pending reply.
+def edit_message(ctx: UIContext, session_id: int | None, message_ids: list[int], evt: gr.EditData,
+                 settings: Settings) -> dict:
+    """Edit-and-resend; returns the session view (``SESSION_VIEW``) with a pending reply, and the
+    reply ``respond`` makes.
 
     The last user message is changed in place and answered again. An earlier one continues in a
     copy of the session up to that message (the original keeps everything after it: nothing a
     user typed is lost), and the page switches to the copy."""
-    users, edited, text = check_edit(ctx, session_id, message_ids, evt)
+    users, edited, text, sampling, fallback = check_edit(ctx, session_id, message_ids, evt, settings)
     try:
         if edited["id"] == users[-1]["id"]:
             ctx.store.update_message(edited["id"], content=text)
@@ -835,11 +877,13 @@ def edit_message(ctx: UIContext, session_id: int | None, message_ids: list[int],
             ctx.store.add_message(session_id, "user", text, kind=edited["kind"], settings=edited["settings"])
             gr.Info("You edited an earlier message: the conversation continues in a copy of this session "
                     "(the original keeps the later messages).")
+        asked = ctx.store.get_messages(session_id)
     except STORE_ERRORS as exc:
         raise refused(f"Could not save the edit: {exc}") from None
-    ctx.mark_request(session_id)
+    ctx.replies.mark_request(session_id)
     view = session_view(ctx, session_id)
-    return {**view, "chat": view["chat"] + [PENDING]}
+    reply = _answer_last(ctx, session_id, asked, settings, sampling, fallback, view["chat"], view["msg_ids"])
+    return {**view, "chat": view["chat"] + [PENDING], "reply_request": reply}
 
 
 _CODE_FENCE = re.compile(r"```[a-z]*\n(.*)\n```\s*$", re.S)

@@ -4,7 +4,7 @@ Stable element ids (docs/architecture.md) for tests and users' scripts: chat, ch
 regenerate, token-view, stats, acceptance-chart, session-chart, tau-histogram, position-chart,
 session-list, session-search, session-title, new-session, rename-session, delete-session,
 confirm-delete, cancel-delete, export-session, import-session, export-file, model-picker, model-status, block-size,
-temperature, top-p, max-new-tokens, fallback-toggle, show-rejected, code-editor, complete,
+temperature, top-p, max-new-tokens, fallback-toggle, show-rejected, thinking, code-editor, complete,
 complete-stop, teach.
 """
 
@@ -21,7 +21,7 @@ from .context import UIContext
 from .named import Outputs, checked, components_of
 from .render import render_token_view, stats_html, syntax_css
 from .teach import build_teach_tab
-from .thinking import save_thinking, thinking_control
+from .thinking import thinking_control
 
 HERE = Path(__file__).resolve().parent
 BROWSER_KEY = "dflash-studio-session"
@@ -70,6 +70,8 @@ def layout(ctx: UIContext, demo: gr.Blocks) -> SimpleNamespace:
     c.pending_edit = gr.State(None)  # an edit of a chat message that passed its checks
     c.pending_send = gr.State(None)  # the chat message (and settings) that passed them
     c.pending_code = gr.State(None)  # the Complete-mode code (and settings) that passed them
+    c.reply_request = gr.State(None)  # the reply a send, Regenerate or edit hands respond (handlers.PageReply)
+    c.settings = gr.State(h.default_settings(ctx))  # the setting controls (thinking too) as one Settings value
     c.streaming = gr.State(None)  # the reply this page streams (see handlers.respond)
     c.page = gr.State(None)  # this page's id, set on load: a reply stream stops drawing when the page moves on
     c.remembered = gr.BrowserState(None, storage_key=BROWSER_KEY)
@@ -149,17 +151,17 @@ def _settings_column(ctx: UIContext, c: SimpleNamespace) -> None:
         c.model = gr.Dropdown(choices=ctx.engines.choices(), value=ctx.engines.current_key or None,
                               label="Model (target + DFlash draft): the session's, it answers on Send",
                               elem_id="model-picker")
-        c.block_size = gr.Slider(1, ctx.defaults.max_block_size, value=defaults["block_size"], step=1,
+        c.block_size = gr.Slider(1, ctx.defaults.max_block_size, value=defaults.block_size, step=1,
                                  label="Block size (1 = no speculation)", elem_id="block-size")
-        c.temperature = gr.Slider(0.0, 2.0, value=defaults["temperature"], step=0.05, label="Temperature",
+        c.temperature = gr.Slider(0.0, 2.0, value=defaults.temperature, step=0.05, label="Temperature",
                                   elem_id="temperature")
-        c.top_p = gr.Slider(0.05, 1.0, value=defaults["top_p"], step=0.05, label="Top-p", elem_id="top-p")
-        c.max_new_tokens = gr.Slider(1, max(2048, defaults["max_new_tokens"]), value=defaults["max_new_tokens"], step=1,
+        c.top_p = gr.Slider(0.05, 1.0, value=defaults.top_p, step=0.05, label="Top-p", elem_id="top-p")
+        c.max_new_tokens = gr.Slider(1, max(2048, defaults.max_new_tokens), value=defaults.max_new_tokens, step=1,
                                      label="Max new tokens", elem_id="max-new-tokens")
         with gr.Row():
-            c.fallback = gr.Checkbox(value=defaults["fallback"], label="Dynamic fallback",
+            c.fallback = gr.Checkbox(value=defaults.fallback, label="Dynamic fallback",
                                      elem_id="fallback-toggle")
-            c.show_rejected = gr.Checkbox(value=defaults["show_rejected"], label="Show rejected drafts",
+            c.show_rejected = gr.Checkbox(value=defaults.show_rejected, label="Show rejected drafts",
                                           elem_id="show-rejected")
         c.thinking = gr.Checkbox(label="Thinking (reasoning models)", elem_id="thinking",
                                  **thinking_control(ctx).constructor_args)
@@ -174,6 +176,14 @@ def _settings_column(ctx: UIContext, c: SimpleNamespace) -> None:
         c.position_chart = gr.Plot(elem_id="position-chart", show_label=False)
 
 
+# The page's Settings State is written by the settings event and read by the checks that start a
+# send, a completion, a Regenerate, an edit or *Save as defaults*. Gradio runs events of one
+# concurrency id one at a time, in the order they arrived: a setting changed just before Send is
+# in the State by the time Send's check reads it.
+SETTINGS_ORDER = {"concurrency_limit": 1, "concurrency_id": "settings-order"}
+ENGINE_QUEUE = {"concurrency_limit": 1, "concurrency_id": "engine"}  # one engine: others wait, see their position
+
+
 def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     components = components_of(c)
 
@@ -181,14 +191,6 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
         return Outputs(components, names)
 
     view = outputs(*h.SESSION_VIEW)
-    streamed = outputs(*h.STREAMED)
-    engine_queue = {"concurrency_limit": 1, "concurrency_id": "engine"}  # one engine: others wait, see their position
-
-    def then_respond(event, api_name=None, to_editor=False):
-        return event.success(streamed.wrap(partial(h.respond, ctx, to_editor=to_editor)),
-                             [c.session, *c.controls, c.page, c.thinking],
-                             streamed.components, api_name=api_name, api_visibility="public" if api_name else "undocumented",
-                             **engine_queue)
 
     # -- page load: restore the session this browser showed (or the latest) from the database
     def on_load(remembered):
@@ -200,55 +202,79 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     live = outputs(*h.LIVE)
     c.live.tick(live.wrap(partial(h.live_refresh, ctx)), [c.session, c.search, c.live_seen, c.streaming, c.page],
                 live.components, api_visibility="undocumented", show_progress="hidden")
+    _wire_replies(ctx, c, outputs)
+    _wire_sessions(ctx, c, outputs, view)
 
-    # -- chat
+    # -- settings: one Settings value in a State, saved with the session on every user change;
+    # show-rejected is also a class toggle
+    # (every change is sent at once, "multiple": "always_last" or "once" would hold a change back, or
+    # drop it, while the one before runs, and a Send clicked meanwhile would overtake it)
+    changed = outputs("settings")
+    gr.on([control.input for control in c.controls], changed.wrap(partial(h.change_settings, ctx)),
+          [c.session, *c.controls, c.settings], changed.components, api_name="settings", trigger_mode="multiple",
+          **SETTINGS_ORDER)
+    # thinking on/off is a setting too (Settings.thinking), with a control of its own: it follows the
+    # model shown (_wire_model), and a change goes in the same ordered group as the checks that read it
+    c.thinking.input(changed.wrap(partial(h.change_thinking, ctx)), [c.session, c.thinking, c.settings],
+                     changed.components, api_visibility="undocumented", trigger_mode="multiple", **SETTINGS_ORDER)
+    c.show_rejected.change(None, [c.show_rejected], None, js=SHOW_REJECTED_JS)
+    _wire_defaults_and_tabs(ctx, c, outputs)
+
+
+def _wire_replies(ctx: UIContext, c: SimpleNamespace, outputs) -> None:
+    """Send, Complete, Regenerate and edits: each is checked (reading the Settings State), stored,
+    and hands ``respond`` the reply to make in ``reply_request``."""
+    streamed = outputs(*h.STREAMED)
+
+    def then_respond(event, api_name=None, to_editor=False):
+        return event.success(streamed.wrap(partial(h.respond, ctx, to_editor=to_editor)), [c.reply_request, c.page],
+                             streamed.components, api_name=api_name, api_visibility="public" if api_name else "undocumented",
+                             **ENGINE_QUEUE)
+
     sent = outputs(*h.SENT)
-    sent_event = checked([c.chat_input.submit, c.send.click], partial(h.accept_send, ctx),
-                         [c.session, c.chat_input, *c.controls], accepted=c.pending_send).success(
-        sent.wrap(partial(h.submit_prompt, ctx)), [c.session, c.chat_input, *c.controls, c.pending_send],
+    sent_event = checked([c.chat_input.submit, c.send.click], partial(h.check_send, ctx),
+                         [c.session, c.chat_input, c.settings], accepted=c.pending_send, **SETTINGS_ORDER).success(
+        sent.wrap(partial(h.submit_prompt, ctx)), [c.session, c.chat_input, c.settings, c.pending_send],
         sent.components, api_name="send")
     then_respond(sent_event, api_name="respond")
     c.chat.example_select(use_example, None, c.chat_input, queue=False, api_visibility="undocumented").then(
         None, None, None, js="() => { document.querySelector('#send')?.click(); }")  # sent as if typed
     gr.on([c.stop.click, c.complete_stop.click], partial(h.stop, ctx), [c.session], None, queue=False,
           api_name="stop")
-    pending = outputs("chat", "msg_ids")
-    regenerated = checked([c.regenerate.click, c.chat.retry], partial(h.check_regenerate, ctx), [c.session]).success(
-        pending.wrap(partial(h.regenerate, ctx)), [c.session], pending.components, api_name="regenerate")
+    pending = outputs("chat", "msg_ids", "reply_request")
+    regenerated = checked([c.regenerate.click, c.chat.retry], partial(h.check_regenerate, ctx),
+                          [c.session, c.settings], **SETTINGS_ORDER).success(
+        pending.wrap(partial(h.regenerate, ctx)), [c.session, c.settings], pending.components, api_name="regenerate")
     then_respond(regenerated)
 
     def edit_message(edit):  # the edit the check accepted, in the session it was made in (see check_edit)
-        return h.edit_message(ctx, edit["session"], edit["message_ids"], SimpleNamespace(**edit["event"]))
+        return h.edit_message(ctx, edit["session"], edit["message_ids"], SimpleNamespace(**edit["event"]),
+                              edit["settings"])
 
     def show_reply(message_ids, evt: gr.SelectData):
         return h.show_reply(ctx, message_ids, evt)
 
-    def check_edit(session_id, message_ids, evt: gr.EditData):  # Gradio finds EditData by annotation
-        h.check_edit(ctx, session_id, message_ids, evt)
-        return {"session": session_id, "message_ids": list(message_ids), "event": {"index": evt.index, "value": evt.value}}
+    def check_edit(session_id, message_ids, settings, evt: gr.EditData):  # Gradio finds EditData by annotation
+        h.check_edit(ctx, session_id, message_ids, evt, settings)
+        return {"session": session_id, "message_ids": list(message_ids), "settings": settings,
+                "event": {"index": evt.index, "value": evt.value}}
 
     # A chained event gets no gr.EditData: the check hands the accepted edit on in a State.
-    edited = checked([c.chat.edit], check_edit, [c.session, c.msg_ids], accepted=c.pending_edit).success(
-        view.wrap(edit_message), [c.pending_edit], view.components,
-        api_visibility="undocumented")
+    edit_view = outputs(*h.SESSION_VIEW, "reply_request")
+    edited = checked([c.chat.edit], check_edit, [c.session, c.msg_ids, c.settings], accepted=c.pending_edit,
+                     **SETTINGS_ORDER).success(
+        edit_view.wrap(edit_message), [c.pending_edit], edit_view.components, api_visibility="undocumented")
     then_respond(edited)
     figures = outputs(*h.REPLY_FIGURES)
     c.chat.select(figures.wrap(show_reply), [c.msg_ids], figures.components, api_visibility="undocumented")
 
-    # -- complete mode
+    # -- complete mode: the chat's send, with the code editor's text
     completed = outputs(*h.COMPLETED)
-    completed_event = checked([c.complete.click], partial(h.accept_completion, ctx), [c.session, c.code, *c.controls],
-                              accepted=c.pending_code).success(
-        completed.wrap(partial(h.submit_completion, ctx)), [c.session, c.code, *c.controls, c.pending_code],
+    completed_event = checked([c.complete.click], partial(h.check_completion, ctx), [c.session, c.code, c.settings],
+                              accepted=c.pending_code, **SETTINGS_ORDER).success(
+        completed.wrap(partial(h.submit_completion, ctx)), [c.session, c.code, c.settings, c.pending_code],
         completed.components, api_name="complete")
     then_respond(completed_event, to_editor=True)
-    _wire_sessions(ctx, c, outputs, view)
-
-    # -- settings: saved with the session on every user change; show-rejected is a class toggle
-    gr.on([control.input for control in c.controls], partial(h.save_settings, ctx), [c.session, *c.controls], None,
-          api_visibility="undocumented")
-    c.show_rejected.change(None, [c.show_rejected], None, js=SHOW_REJECTED_JS)
-    _wire_defaults_and_tabs(ctx, c, outputs)
 
 
 def use_example(evt: gr.SelectData) -> str:
@@ -273,14 +299,14 @@ def _wire_model(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace, outputs) ->
     # the thinking control follows the model (its family's default, or why it has none) and the session
     for trigger in (demo.load, c.model.change, c.session.change):
         trigger(partial(thinking_control, ctx), [c.session], c.thinking, api_visibility="undocumented")
-    c.thinking.input(partial(save_thinking, ctx), [c.session, c.thinking], None, api_visibility="undocumented")
 
 
 def _wire_defaults_and_tabs(ctx: UIContext, c: SimpleNamespace, outputs) -> None:
     """*Save as defaults* / *Reset defaults* (what new sessions start from), and the figures under
     the conversation when a tab is shown: that tab's own latest reply."""
-    c.save_defaults.click(partial(h.save_defaults, ctx), c.controls, c.defaults_note, api_name="save_defaults")
-    reset = outputs("defaults_note", *h.SETTING_KEYS)
+    c.save_defaults.click(partial(h.save_defaults, ctx), [c.settings], c.defaults_note, api_name="save_defaults",
+                          **SETTINGS_ORDER)
+    reset = outputs("defaults_note", *h.SETTING_KEYS, "settings")
     c.reset_defaults.click(reset.wrap(partial(h.reset_defaults, ctx)), [c.session], reset.components,
                            api_name="reset_defaults")
     figures = outputs(*h.REPLY_FIGURES)

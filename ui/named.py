@@ -69,18 +69,19 @@ def components_of(namespace: Any) -> dict[str, Any]:
     return dict(namespace) if isinstance(namespace, Mapping) else vars(namespace)
 
 
-def checked(triggers: list, check, inputs, accepted: gr.State | None = None):
+def checked(triggers: list, check, inputs, accepted: gr.State | None = None, **event):
     """Run ``check`` first, as an event without outputs; chain the real handler with ``.success``.
     A refusal is then one toast and the page stays exactly as it was: Gradio marks every output of
     an event that raises with a red Error badge (the chat, the session list, the input box...).
 
     With ``accepted``, the check's result goes to that State (a State shows no badge), so that the
-    chained handler acts on exactly what was checked: the inputs may have changed in between."""
+    chained handler acts on exactly what was checked: the inputs may have changed in between.
+    ``event``: more of ``gr.on``'s options (a concurrency group)."""
     if accepted is not None:
-        return gr.on(triggers, check, inputs, accepted, api_visibility="undocumented")
+        return gr.on(triggers, check, inputs, accepted, api_visibility="undocumented", **event)
 
     @functools.wraps(check)  # keeps the signature: Gradio finds gr.EditData and friends by annotation
     def run_check(*values):
         check(*values)
 
-    return gr.on(triggers, run_check, inputs, None, api_visibility="undocumented")
+    return gr.on(triggers, run_check, inputs, None, api_visibility="undocumented", **event)

@@ -4,7 +4,7 @@ look at a session's analytics.
 ``build_teach_tab(ctx, demo, tab, chat_session)`` is called inside ``with gr.Tab("Teach",
 elem_id="teach") as tab`` in ``ui.layout``; it builds the tab and wires its own events (the tab's
 ``select`` or the page's ``load`` refresh it; it needs only the chat's remembered session). Everything shown comes
-from the store; the comparison runs on the engine worker (``ctx.engines.submit``).
+from the store; the comparison runs on the engine worker (``ctx.replies.run_job``).
 
 Element ids: teach-session, teach-reply, teach-refresh, teach-prev, teach-play, teach-next,
 teach-speed, teach-cycle, teach-step (holding teach-caption, teach-context, teach-block,
@@ -314,10 +314,8 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
     yield {"compare_result": compare_html(None, "Running plain decoding, then DFlash, on the engine worker… "
                                                 f"(Stop ends it).{how}")}
     session_id = message["session_id"]
-    ctx.mark_request(session_id)  # a Stop pressed before the comparison started was for something else
-    cancel = ctx.new_cancel(session_id)  # the chat's Stop (and #compare-stop) end it within one cycle
 
-    def work(engine):
+    def work(engine, cancel):  # cancel: the chat's Stop (and #compare-stop) end it within one cycle
         if engine is None:
             raise RuntimeError("no model is loaded")
         return (run_comparison(engine, prompt, raw, settings, rerun_dflash, cancel), getattr(engine, "name", ""),
@@ -325,13 +323,12 @@ def compare(ctx: UIContext, message_id, rerun_dflash: bool = True):
 
     try:
         made_by = ctx.engines.resolve(stored_model(message))  # the reply's own pair, loaded first if need be
-        (plain, dflash), engine_name, method = ctx.engines.submit(work, model=made_by).result()
+        cancel, job = ctx.replies.run_job(session_id, work, model=made_by)
+        (plain, dflash), engine_name, method = job.result()
     except Exception as exc:  # noqa: BLE001 - shown to the user with its reason
         gr.Warning(f"Comparison failed: {exc}")
         yield {"compare_result": compare_html(None, f"Comparison failed: {exc}")}
         return
-    finally:
-        ctx.forget_cancel(session_id, cancel)
     if cancel.is_set():
         yield {"compare_result": compare_html(None, "Comparison stopped before it finished: nothing to compare.")}
         return
@@ -360,7 +357,7 @@ def stop_compare(ctx: UIContext, message_id) -> None:
         session_id = ctx.store.get_message(int(message_id))["session_id"]
     except (*STORE_ERRORS, TypeError):
         return
-    ctx.cancel(session_id)
+    ctx.replies.stop(session_id)
 
 
 def timeline_chart(comparison: Comparison) -> dict:

@@ -3,7 +3,7 @@ settings and seed) on the engine worker, and DFlash again right after it (so tha
 ratio comes from one back-to-back measurement on the same machine load), then say whether the outputs are
 identical and how much faster DFlash was.
 
-``run_comparison`` runs on the engine worker (``ctx.engines.submit``); everything else is pure.
+``run_comparison`` runs on the engine worker (``ctx.replies.run_job``); everything else is pure.
 """
 
 from __future__ import annotations

@@ -32,16 +32,17 @@ def thinking_control(ctx: UIContext, session_id: int | None = None) -> gr.Checkb
 
 
 def thinking_setting(ctx: UIContext, thinking) -> dict:
-    """``{"thinking": bool}`` for a reply's settings when the loaded model can switch it, else {}."""
+    """``{"thinking": bool}`` for a reply's settings when the loaded model can switch it, else {};
+    None (a session that never chose) is the family's default, as its control shows it."""
     fmt = _format(ctx)
-    if thinking is None or fmt is None or not fmt.thinking_switch:
+    if fmt is None or not fmt.thinking_switch:
         return {}
-    return {"thinking": bool(thinking)}
+    return {"thinking": fmt.thinking_default if thinking is None else bool(thinking)}
 
 
 def save_thinking(ctx: UIContext, session_id: int | None, thinking) -> None:
     """Keep the choice with the session (its other settings stay as they are)."""
-    setting = thinking_setting(ctx, thinking)
+    setting = thinking_setting(ctx, thinking) if thinking is not None else {}
     if session_id is None or not setting:
         return
     try:

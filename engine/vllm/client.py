@@ -21,6 +21,7 @@ from ..config import FallbackConfig, SamplingConfig
 from ..detok import IncrementalDetokenizer
 from ..errors import CheckpointError, DFlashError, EngineUnavailableError, InvalidRequestError
 from ..events import Cycle, Event, Failed, Finished, Started, mark_context_full
+from ..extras import require
 from ..interface import VLLM_CAPABILITIES, Capabilities
 from ..prompts import Message, encode_prompt, fit_request, has_chat_template
 from .steps import acceptance_lengths, chunk_steps, make_cycle, per_position_acceptance, positions_from_cycles
@@ -169,6 +170,7 @@ class VLLMEngine:
         from ..loading import EMBEDDED_NAME, embedded_pair, resolve
         from ..shipped import pair_name
 
+        require_sse_reader()
         report = progress or (lambda fraction, message: None)
         if config.target is None:
             target_dir, draft_dir = embedded_pair()
@@ -193,6 +195,7 @@ class VLLMEngine:
     def connect(cls, config: VLLMConfig, progress=None) -> "VLLMEngine":
         """Use a running server at ``config.url``; the tokenizer comes from ``config.target`` or
         the server's model directory (when it is on this machine or on the hub)."""
+        require_sse_reader()
         report = progress or (lambda fraction, message: None)
         report(0.1, f"asking the vLLM server at {config.url}")
         served = describe_server(Endpoint.parse(config.url, config.api_key), config.served_name)
@@ -444,13 +447,17 @@ def checked_json_error(response) -> None:
     raise EngineUnavailableError(f"vLLM answered HTTP {response.status_code}")
 
 
+def require_sse_reader():
+    """httpx-sse's ``EventSource``; checked before a server is started or asked, so that a
+    missing [vllm] extra is the load's one-line reason, not a failure mid-reply."""
+    return require("httpx_sse", "vllm", "the vLLM engine").EventSource
+
+
 def sse_events(response) -> Iterator[dict]:
     """The JSON objects of vLLM's server-sent event stream (framing read by httpx-sse: comments,
     fields and data split over lines as the SSE spec has them), until ``[DONE]``; an error object
     that vLLM sends inside the stream becomes an exception."""
-    from httpx_sse import EventSource
-
-    for event in EventSource(response).iter_sse():
+    for event in require_sse_reader()(response).iter_sse():
         if event.data == "[DONE]":
             return
         if not event.data:

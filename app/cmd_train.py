@@ -10,7 +10,7 @@ from pathlib import Path
 
 def _budget(args):
     from engine.extras import require
-    from engine.training.common import Budget
+    from training.common import Budget
 
     require("tqdm", "train", "training (its progress bars)")  # before any work, not when the first bar opens
 
@@ -36,7 +36,7 @@ def _common(p: argparse.ArgumentParser, default_minutes: float) -> None:
 
 
 def run_tokenizer(args) -> int:
-    from engine.training.tokenizer import train_tokenizer
+    from training.tokenizer import train_tokenizer
 
     train_tokenizer(args.out, corpus=args.corpus, vocab_size=args.vocab_size, seed=args.seed)
     return 0
@@ -44,7 +44,7 @@ def run_tokenizer(args) -> int:
 
 def run_target(args) -> int:
     from engine.errors import InvalidRequestError
-    from engine.training.target import TargetShape, TargetTrainConfig, train_target
+    from training.target import TargetShape, TargetTrainConfig, train_target
 
     shape = TargetShape(layers=args.layers, hidden=args.hidden, intermediate=args.intermediate,
                         heads=args.heads, kv_heads=args.kv_heads, head_dim=args.head_dim,
@@ -65,7 +65,7 @@ def run_target(args) -> int:
 
 
 def run_draft(args) -> int:
-    from engine.training.draft import DraftTrainConfig, train_draft
+    from training.draft import DraftTrainConfig, train_draft
 
     cfg = DraftTrainConfig(
         layers=args.layers, block_size=args.block_size, gamma=args.gamma,
@@ -91,7 +91,7 @@ def run_eval(args) -> int:
     if args.pass1:
         return run_pass1(args)
     from engine.loading import assets_dir, embedded_pair
-    from engine.training.evaluate import evaluate_target
+    from training.evaluate import evaluate_target
 
     target = args.target or embedded_pair()[0]
     prompts = args.prompts or assets_dir() / "prompts" / "heldout_requests.jsonl"
@@ -124,8 +124,8 @@ def pass1_pairs(args) -> list[tuple[str, str, str | None]]:
 
 
 def pass1_set_names(text: str) -> list[str]:
-    """--pass1-sets: comma-separated names of engine.training.pass1.PASS1_SETS."""
-    from engine.training.pass1 import PASS1_SETS
+    """--pass1-sets: comma-separated names of training.pass1.PASS1_SETS."""
+    from training.pass1 import PASS1_SETS
 
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in PASS1_SETS]
@@ -138,7 +138,7 @@ def pass1_set_names(text: str) -> list[str]:
 def pass1_sets(args) -> list[tuple[str, Path]]:
     """(set name, file) to score: --prompts alone when given, else the --pass1-sets chosen (default all)."""
     from engine.loading import assets_dir
-    from engine.training.pass1 import PASS1_SETS
+    from training.pass1 import PASS1_SETS
 
     if args.prompts:
         return [(args.prompts.stem, args.prompts)]
@@ -153,7 +153,7 @@ def run_pass1(args) -> int:
 
     from engine.config import EngineConfig
     from engine.runtime import Engine
-    from engine.training.pass1 import SandboxLimits, pair_replies, read_tasks, score_pair
+    from training.pass1 import SandboxLimits, pair_replies, read_tasks, score_pair
 
     sets = [(name, path, read_tasks(path)) for name, path in pass1_sets(args)]  # a bad file fails before loading
     quiet = (lambda _line: None) if args.json else print
@@ -234,7 +234,7 @@ def format_pass1_summary(r: dict) -> str:
 
 
 def run_proposals(args) -> int:
-    from engine.training.proposal_vocab import build_proposal_ids
+    from training.proposal_vocab import build_proposal_ids
 
     build_proposal_ids(args.target, args.draft, args.size, pools=args.pool, work=args.work,
                        prompts_file=args.prompts, corpus=args.corpus, num_sequences=args.num_sequences,

@@ -55,7 +55,7 @@ def measure(engine, prompts, alpha: float, max_new_tokens: int = 160) -> dict:
     from engine.config import SamplingConfig
     from engine.prompts import heal_code_prompt
     from engine.repetition import is_loop
-    from engine.training.evaluate import score_reply, summarize
+    from training.evaluate import score_reply, summarize
 
     scores, taus = [], []
     with lenient_verification(alpha):

@@ -1,8 +1,8 @@
-"""The request -> code metrics of `train eval` (engine.code_metrics): each must be able to fail."""
+"""The request -> code metrics of `train eval` (training.code_metrics): each must be able to fail."""
 
 from __future__ import annotations
 
-from engine import code_metrics as cm
+from training import code_metrics as cm
 
 # The reply an earlier tiny coder gave to every request, before it was trained on requests.
 TKINTER = '''def get_file(self, name):

@@ -1,4 +1,4 @@
-"""`train draft --prompts requests-wide` (engine.training.draft_prompts): prompts the
+"""`train draft --prompts requests-wide` (training.draft_prompts): prompts the
 request -> code target never saw, none of which names what an evaluation set asks."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import ast
 import random
 import textwrap
 
-from engine.training import draft_prompts
-from engine.training.draft_prompts import EvalGuard, documented_functions, wide_prompt_rows
-from engine.training.request_data import PACKAGES
+from training import draft_prompts
+from training.draft_prompts import EvalGuard, documented_functions, wide_prompt_rows
+from training.request_data import PACKAGES
 
 MODULE = textwrap.dedent('''
     import math

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine.files import write_atomically, write_text_atomically
-from engine.training.common import load_checkpoint, save_checkpoint, write_json
+from training.common import load_checkpoint, save_checkpoint, write_json
 
 
 def test_a_write_replaces_the_file_whole(tmp_path):

@@ -5,11 +5,11 @@ import random
 
 import pytest
 
-from engine.training import followups
-from engine.training.followups import EDITS, Function, edge_case_chats, followup_chats, named_chats
-from engine.training.request_data import PHRASINGS, phrase, task_requests, third_person
-from engine.training.task_data import extra_tasks
-from engine.training.task_families import Task, all_tasks
+from training import followups
+from training.followups import EDITS, Function, edge_case_chats, followup_chats, named_chats
+from training.request_data import PHRASINGS, phrase, task_requests, third_person
+from training.task_data import extra_tasks
+from training.task_families import Task, all_tasks
 
 SCALAR, LIST_IN, TEXT = 7, [4, 1, 3], "Level Up"
 

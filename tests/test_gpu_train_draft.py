@@ -69,10 +69,10 @@ def test_line_counts_and_definitions_found_once_per_file_give_the_same_prefixes(
 
     from transformers import AutoTokenizer
 
-    from engine.training.draft import definition_lines, line_aligned_prefix
+    from training.draft import definition_lines, line_aligned_prefix
 
     tokenizer = AutoTokenizer.from_pretrained(str(PAIR / "target"))
-    lines = (ROOT / "engine" / "training" / "pass1.py").read_text().splitlines(keepends=True)
+    lines = (ROOT / "training" / "pass1.py").read_text().splitlines(keepends=True)
     counts = [len(ids) for ids in tokenizer(lines, add_special_tokens=False)["input_ids"]]
     for seed in range(20):
         alone = line_aligned_prefix(lines, tokenizer, 96, 16, random.Random(seed))
@@ -82,7 +82,7 @@ def test_line_counts_and_definitions_found_once_per_file_give_the_same_prefixes(
 
 
 def test_corpus_listing_never_enters_skipped_folders(tmp_path):
-    from engine.training.corpus import list_source_files
+    from training.corpus import list_source_files
 
     for rel in ("ok.py", "pkg/mod.py", "site-packages/big/x.py", "tests/t.py", "pkg/test_data/y.py",
                 "pkg/test_mod.py", "pkg/notes.txt", "pkg/__pycache__/mod.py"):
@@ -95,7 +95,7 @@ def test_corpus_listing_never_enters_skipped_folders(tmp_path):
 def test_corpus_listing_lists_each_file_once_past_linked_folders(tmp_path):
     """A linked folder (a venv's lib64 -> lib, a link back up the tree) is not followed, as a
     recursive glob does not follow it: each file once, and a link cycle cannot loop."""
-    from engine.training.corpus import list_source_files
+    from training.corpus import list_source_files
 
     (tmp_path / "lib" / "pkg").mkdir(parents=True)
     (tmp_path / "lib" / "pkg" / "mod.py").write_text("x = 1\n")

@@ -1,4 +1,4 @@
-"""pass@1 on requests with unit tests (engine.training.pass1, `train eval --pass1`): the held-out
+"""pass@1 on requests with unit tests (training.pass1, `train eval --pass1`): the held-out
 set, the sandbox that runs a reply's code, strict and lenient matching, the stop rule and the
 command on a shipped pair."""
 
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from app.cli import main as cli
-from engine.training import draft_prompts, request_data
+from training import draft_prompts, request_data
 from app.cmd_train import format_pass1_pair, pass1_set_names
 from engine.errors import InvalidRequestError
 from engine.events import Finished
-from engine.training.pass1 import (EDITS_FILE, PASS1_B_FILE, PASS1_FILE, PairReplies, SandboxLimits, Pass1Task, chats,
+from training.pass1 import (EDITS_FILE, PASS1_B_FILE, PASS1_FILE, PairReplies, SandboxLimits, Pass1Task, chats,
                                    check_reply, cut_after_first_definition, pair_replies, pick_function, read_tasks,
                                    reply_code, run_tests, score_pair, standalone)
-from engine.training.task_families import all_tasks
+from training.task_families import all_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 PASS1 = ROOT / "assets" / "prompts" / PASS1_FILE

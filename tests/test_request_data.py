@@ -1,4 +1,4 @@
-"""The request -> code fine-tuning data (engine.training.task_families / request_data) and its
+"""The request -> code fine-tuning data (training.task_families / request_data) and its
 held-out set (assets/prompts/heldout_requests.jsonl, never trained on)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import code_metrics
-from engine.training import request_data
-from engine.training.task_families import all_tasks, function, sentence
+from training import code_metrics
+from training import request_data
+from training.task_families import all_tasks, function, sentence
 
 HELDOUT = Path(__file__).resolve().parents[1] / "assets" / "prompts" / "heldout_requests.jsonl"
 
@@ -20,7 +20,7 @@ HELDOUT = Path(__file__).resolve().parents[1] / "assets" / "prompts" / "heldout_
 @pytest.fixture(scope="module")
 def tasks():
     """Every training task: the families, the written tasks and the extra tasks of the data files."""
-    from engine.training.task_data import extra_tasks
+    from training.task_data import extra_tasks
 
     return all_tasks() + extra_tasks()
 
@@ -28,7 +28,7 @@ def tasks():
 @pytest.fixture(scope="module")
 def training_requests(tasks):
     """Every request wording trained on, the paraphrases included, lower case, no final period."""
-    from engine.training.task_data import paraphrases
+    from training.task_data import paraphrases
 
     return {r.lower().rstrip(".") for t in tasks for r in [t.request] + paraphrases().get(t.request, [])}
 
@@ -174,7 +174,7 @@ class ByteTokenizer:  # a byte tokenizer: enough to check what goes into the str
 
 
 def test_record_tasks_are_correct_on_topic_and_avoid_the_heldout_words():
-    from engine.training import record_tasks as rt
+    from training import record_tasks as rt
 
     tasks = rt.record_tasks(seed=0, combos_per_thing=2)
     assert len(tasks) > 2000 and len({t.request for t in tasks}) > 0.9 * len(tasks)
@@ -209,7 +209,7 @@ def test_record_tasks_are_correct_on_topic_and_avoid_the_heldout_words():
 
 
 def test_invented_words_avoid_the_heldout_words_and_make_on_topic_record_tasks():
-    from engine.training import record_tasks as rt
+    from training import record_tasks as rt
 
     heldout = request_data.heldout_keywords(HELDOUT)
     words = rt.invented_words(500, heldout | {"brako"}, seed=3)
@@ -239,7 +239,7 @@ def test_chat_examples_label_only_the_reply_and_start_at_a_request():
 def test_example_windows_start_at_examples_and_carry_their_mask():
     import torch
 
-    from engine.training.target import example_windows
+    from training.target import example_windows
 
     stream = torch.arange(100, dtype=torch.int32)
     mask = (torch.arange(100) % 2).to(torch.int8)
@@ -260,7 +260,7 @@ def test_draft_prompts_are_training_requests_and_healed_code_lines():
 def test_the_weighted_loss_is_the_usual_loss_with_unit_weights_and_ignores_zero_weights():
     import torch
 
-    from engine.training.target import weighted_next_token_loss
+    from training.target import weighted_next_token_loss
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 6, 11, generator=gen)
@@ -296,8 +296,8 @@ def test_raw_code_is_sometimes_tokenized_as_a_prompt_sent_as_written():
 
 
 def test_the_task_data_files_hold_working_solutions_and_wordings_of_existing_tasks():
-    from engine.training.task_data import paraphrases, tested_tasks
-    from engine.training.task_families import all_tasks
+    from training.task_data import paraphrases, tested_tasks
+    from training.task_families import all_tasks
 
     tested = tested_tasks()
     assert len(tested) > 300

@@ -16,10 +16,10 @@ import torch
 
 from app.cli import main as cli
 from engine.repetition import is_loop
-from engine.training.common import Budget, ThreadGovernor, cosine_lr
-from engine.training.draft import (SequencePool, acceptance_stats, block_inputs, block_labels, decode_chain, loss_weights,
+from training.common import Budget, ThreadGovernor, cosine_lr
+from training.draft import (SequencePool, acceptance_stats, block_inputs, block_labels, decode_chain, loss_weights,
                                    sample_anchors, training_mask, trim_repetition)
-from engine.training.tokenizer import CHAT_TEMPLATE, render_chat
+from training.tokenizer import CHAT_TEMPLATE, render_chat
 
 FUNC = '''
 def {name}(values, scale=2):
@@ -101,7 +101,7 @@ def test_tokenizer_loads_with_chat_template_and_special_tokens(tokenizer_dir):
 
 
 def test_corpus_split_is_fixed_and_skips_tests(corpus):
-    from engine.training.corpus import function_pairs, read_source, split_files
+    from training.corpus import function_pairs, read_source, split_files
 
     train, held = split_files(corpus)
     assert held and train and not set(train) & set(held)
@@ -140,7 +140,7 @@ def test_train_target_smoke_resume_and_load(tmp_path, corpus, tokenizer_dir):
 
 
 def test_looping_positions_marks_back_to_back_repeats_in_the_continuation():
-    from engine.training.target import looping_positions
+    from training.target import looping_positions
 
     unit = [11, 12, 13, 14, 15]
     tokens = torch.tensor([1, 2, 3] + unit * 4)
@@ -154,7 +154,7 @@ def test_looping_positions_marks_back_to_back_repeats_in_the_continuation():
 
 
 def test_unlikelihood_loss_pushes_down_only_marked_tokens():
-    from engine.training.target import sequence_batch, unlikelihood_loss
+    from training.target import sequence_batch, unlikelihood_loss
 
     tokens, attention, penalize = sequence_batch(
         [(torch.tensor([1, 2, 3, 2]), torch.tensor([False, False, False, True])),
@@ -274,7 +274,7 @@ def test_decode_chain_follows_the_anchors_decoding_meets():
 def test_held_out_correctness_counts_only_what_decoding_can_propose():
     from types import SimpleNamespace
 
-    from engine.training.draft import proposals
+    from training.draft import proposals
 
     logits = torch.tensor([[0.1, 0.5, 0.2, 0.0, 0.9]])  # the best id (4) lies above a 3-id proposal vocabulary
     assert proposals(SimpleNamespace(proposal_vocab_size=None), logits).tolist() == [4]
@@ -291,7 +291,7 @@ def test_decode_chain_on_a_greedy_reply_equals_what_decoding_measures():
     from engine.events import Finished
     from engine.runtime import LocalEngine
     from engine.shipped import SHIPPED_PAIRS, pair_dirs
-    from engine.training.draft import DraftTrainConfig, draft_batch_loss
+    from training.draft import DraftTrainConfig, draft_batch_loss
 
     target, draft = pair_dirs(next(pair for pair in SHIPPED_PAIRS if pair.name == "tiny-coder-fast"))
     engine = LocalEngine.load(EngineConfig(target=str(target), draft=str(draft), threads=1))
@@ -455,7 +455,7 @@ def test_train_draft_init_starts_from_given_weights_and_rejects_a_mismatch(tmp_p
 
 
 def test_grow_draft_adds_identity_layers_that_keep_the_proposals():
-    from engine.training.draft import grow_draft
+    from training.draft import grow_draft
     from tests.tiny_models import tiny_draft, tiny_target as tiny_memory_target
 
     target = tiny_memory_target()
@@ -484,7 +484,7 @@ def test_line_aligned_prefixes_are_whole_lines_within_the_budget(tokenizer_dir):
 
     from transformers import AutoTokenizer
 
-    from engine.training.draft import line_aligned_prefix
+    from training.draft import line_aligned_prefix
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     lines = textwrap.dedent(FUNC.format(name="compute_sum", what="sum", cls="SumBox")).splitlines(keepends=True)
@@ -530,7 +530,7 @@ def test_rebuild_script_is_valid_bash_and_every_command_parses():
 def test_most_written_ids_rank_by_count_break_ties_by_id_and_top_up_with_the_first_ids():
     from collections import Counter
 
-    from engine.training.proposal_vocab import coverage, most_written
+    from training.proposal_vocab import coverage, most_written
 
     counts = Counter({40: 9, 7: 3, 12: 3, 90: 1})
     assert most_written(counts, 3, 100) == [7, 12, 40]  # 90 is rarer; 7 and 12 tie, both kept
@@ -546,7 +546,7 @@ def test_train_proposals_counts_the_target_replies_and_the_draft_then_proposes_o
     from transformers import AutoModelForCausalLM
 
     from engine.draft import DFlashDraftModel, load_draft, new_draft_config, save_draft
-    from engine.training.proposal_vocab import reply_token_counts
+    from training.proposal_vocab import reply_token_counts
 
     target = tiny_target(tmp_path, tokenizer_dir)
     model = AutoModelForCausalLM.from_pretrained(str(target))

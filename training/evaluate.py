@@ -1,5 +1,5 @@
 """`train eval`: does the target answer coding requests? Greedy replies to a prompt file (the
-held-out requests by default), scored with ``engine.code_metrics``: chat requests -> parses and
+held-out requests by default), scored with ``training.code_metrics``: chat requests -> parses and
 defines a function/class, on topic; raw code prefixes -> parses when closed, uses the
 function's parameters; both -> loops."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from engine import code_metrics
+from training import code_metrics
 from engine.prompts import heal_code_prompt
 
 

@@ -141,7 +141,7 @@ def identifier_words(sources: list[str], banned: set[str], min_count: int = 3, l
     import re
     from collections import Counter
 
-    from engine.code_metrics import GENERIC_WORDS, same_word, split_identifier
+    from training.code_metrics import GENERIC_WORDS, same_word, split_identifier
 
     counts: Counter = Counter()
     prose: Counter = Counter()  # words of docstrings: an identifier part used in English is a word
@@ -182,7 +182,7 @@ def invented_words(n: int, banned: set[str], seed: int = 0) -> tuple[str, ...]:
     (BPE cuts such a word into 2-4 pieces, like most unseen real words: " volume" is " v", "ol",
     "ume"), so record tasks over them train the multi-token copy that naming code after an unseen
     request needs, instead of a mapping learned word by word."""
-    from engine.code_metrics import GENERIC_WORDS, same_word
+    from training.code_metrics import GENERIC_WORDS, same_word
 
     rng = random.Random(seed)
     avoid = set(banned) | set(GENERIC_WORDS)

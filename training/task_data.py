@@ -1,4 +1,4 @@
-"""The tiny coder's task data kept as data files (``engine/training/data/``), beside the task
+"""The tiny coder's task data kept as data files (``training/data/``), beside the task
 families written as code:
 
 - ``paraphrases.jsonl``: other wordings of a task's request, one object per line,

@@ -198,7 +198,7 @@ def docstring_examples(files: list[Path], rng: random.Random,
     ``unnamed_share``: the fraction of the pairs kept as chat whose function name carries none of
     the request's key words (``close(fd)`` for "Close the file descriptor" is fine; ``_fn`` for
     "Return a new mapping" teaches a reply to ignore the request)."""
-    from engine import code_metrics
+    from training import code_metrics
 
     from .corpus import read_source
     from .tokenizer import render_chat
@@ -325,14 +325,14 @@ def mix(parts: list[tuple[list[str], float]], rng: random.Random) -> list[str]:
     return out
 
 
-HELDOUT_REQUESTS = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "heldout_requests.jsonl"
+HELDOUT_REQUESTS = Path(__file__).resolve().parents[1] / "assets" / "prompts" / "heldout_requests.jsonl"
 
 
 def heldout_keywords(path: Path = HELDOUT_REQUESTS) -> set[str]:
     """The key words of the held-out requests: kept out of the generated vocabulary."""
     import json
 
-    from engine.code_metrics import request_keywords
+    from training.code_metrics import request_keywords
 
     if not path.exists():
         return set()

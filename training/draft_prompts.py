@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from engine import code_metrics
+from training import code_metrics
 
 from .request_data import DOC_VERBS, base_verb, docstring_request, draft_prompt_rows, package_roots
 
@@ -39,7 +39,7 @@ PROMPT_PACKAGES = {
 EVAL_SETS = ("unseen.jsonl", "unseen2.jsonl", "unseen3.jsonl", "unseen4.jsonl", "unseen5.jsonl",
              "unseen6.jsonl", "heldout_requests.jsonl", "val_requests.jsonl", "fresh_requests.jsonl",
              "requests_pass1.jsonl", "requests_pass1_b.jsonl", "followups_pass1.jsonl")
-PROMPTS_DIR = Path(__file__).resolve().parents[2] / "assets" / "prompts"
+PROMPTS_DIR = Path(__file__).resolve().parents[1] / "assets" / "prompts"
 HEALED_SHARE = 0.5  # of the code prefixes: sent as the Complete tab sends them; the rest as written
 MAX_PER_FILE = 12  # so that one huge module (sympy, numpy) cannot fill the set
 MARKUP = ("`", ">>>", "|", "{", "}", "::", "\\")  # reST/LaTeX in a summary reads as no request

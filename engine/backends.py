@@ -6,9 +6,9 @@ backends behind the same three calls (prefill, verify, draft pass) and the same 
 - ``StaticBackend``: gpt-fast's way. Preallocated caches (engine/static_cache.py) reused from one
   reply to the next, every verify padded to a fixed width and every draft pass's new context to
   a fixed width, so that a compiled forward (``passes``, filled by engine/compiled.py) meets the
-  same shapes every time; a shape with no compiled pass runs the same module eagerly. The
-  target's features come from ``output_hidden_states`` (transformers' own capture, safe across
-  threads), not from hooks of ours: a hook present while a pass is traced would be compiled in.
+  same shapes every time; a shape with no compiled pass runs the same module eagerly. Its
+  feature hooks are attached once, when the backend is made, and never change: a compiled pass
+  has them traced in (a hook added or removed later would not be).
 
 Both give the same tokens: the padding sits after the real tokens, where the causal mask keeps
 it from every real query, and the rollback moves the length back over it.
@@ -24,6 +24,7 @@ import torch
 from .features import FeatureCapture, decoder_layers
 from .static_cache import StaticDraftCache, StaticTargetCache
 from .target_cache import TargetCache
+from .weights import check_finite_logits
 
 
 class EagerBackend:
@@ -68,12 +69,6 @@ class EagerSession:
             self.capture.detach()
 
 
-def layer_features(hidden_states: tuple, layer_ids: list[int]) -> torch.Tensor:
-    """The outputs of ``layer_ids`` from ``output_hidden_states`` (entry 0 is the embeddings;
-    the last entry is after the final norm, as ``FeatureCapture`` gives the last layer)."""
-    return torch.cat([hidden_states[i + 1] for i in layer_ids], dim=-1)
-
-
 @dataclass
 class StaticCaches:
     """One bucket's caches: the target's and the draft's, ``length`` positions each (the draft's
@@ -99,6 +94,12 @@ class StaticBackend:
     release: Callable[[], None] | None = None
     name: str = "static"
     caches: dict = field(default_factory=dict)
+    capture: FeatureCapture | None = None
+
+    def __post_init__(self):
+        if self.draft is not None and self.capture is None:
+            self.capture = FeatureCapture(self.target, self.draft.target_layer_ids).attach()
+            self.capture.enabled = False  # on only while a session of this backend runs
 
     def bucket(self, needed: int) -> int:
         for size in self.buckets:
@@ -126,6 +127,8 @@ class StaticBackend:
         for caches in self.caches.values():
             caches.target.close()
         self.caches.clear()
+        if self.capture is not None:
+            self.capture.detach()
 
 
 _MAX_PAD = 16  # engine.config.MAX_BLOCK_SIZE: a verify or a draft context is padded to at most this
@@ -139,21 +142,21 @@ class StaticSession:
         self.target = backend.target
         self.cache = caches.target
         self.draft_cache = caches.draft if speculative else None
-        self.layer_ids = list(backend.draft.target_layer_ids) if speculative else None
+        # on for plain replies too: a compiled verify takes the features whether or not they are used
+        self.capture = backend.capture
+        if self.capture is not None:
+            self.capture.enabled = True
         if self.draft_cache is not None:
             self.draft_cache.passes = {width: fn for (kind, b, width), fn in backend.passes.items()
                                        if kind == "draft" and b == bucket}
         self.uncompiled: set[tuple[str, int]] = set()  # shapes this reply ran eagerly
 
-    def _forward(self, **kwargs):
-        return self.target(past_key_values=self.cache.cache, use_cache=True,
-                           output_hidden_states=self.layer_ids is not None, **kwargs)
-
     def prefill(self, prompt_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        out = self._forward(input_ids=torch.tensor([prompt_ids], device=self.target.device), logits_to_keep=1)
+        out = self.target(input_ids=torch.tensor([prompt_ids], device=self.target.device),
+                          past_key_values=self.cache.cache, use_cache=True, logits_to_keep=1)
         self.cache.commit(len(prompt_ids))
-        features = layer_features(out.hidden_states, self.layer_ids) if self.layer_ids is not None else None
-        return out.logits[0, -1:], features
+        check_finite_logits(out.logits)
+        return out.logits[0, -1:], self.capture.take() if self.capture is not None else None
 
     def verify(self, tokens: list[int], start: int, width: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``tokens`` padded to ``width`` (the policy's block: one compiled shape per block size)."""
@@ -164,32 +167,33 @@ class StaticSession:
         positions = torch.arange(start, start + width, device=device)[None]
         if width > 1:
             self.cache.before_verify()
-        compiled = self.backend.passes.get(("verify", self.bucket, width))
-        if compiled is not None:
-            logits, features = compiled(ids, positions)
-        else:
+        run = self.backend.passes.get(("verify", self.bucket, width))
+        if run is None:
             self.uncompiled.add(("verify", width))
-            out = self._forward(input_ids=ids, position_ids=positions)
-            logits = out.logits
-            features = layer_features(out.hidden_states, self.layer_ids) if self.layer_ids is not None else None
-        return logits[0, :real], features[:, :real] if features is not None else None
+            run = verify_pass(self.target, self.cache, self.capture)
+        logits, features = run(ids, positions)
+        logits = logits[0, :real]
+        check_finite_logits(logits)
+        return logits, features[:, :real] if features is not None else None
 
     def commit(self, length: int) -> None:
         self.cache.commit(length)
 
     def close(self) -> None:
+        if self.capture is not None:
+            self.capture.enabled = False
+            self.capture.clear()
         if self.backend.release is not None:
             self.backend.release()
 
 
-def verify_pass(target, cache: StaticTargetCache, layer_ids: list[int] | None):
+def verify_pass(target, cache: StaticTargetCache, capture: FeatureCapture | None):
     """The function a compiled verify traces: one target forward on the static cache, returning
-    the logits and the draft's features."""
+    the logits and the draft's features (the hooks' outputs, taken inside the pass)."""
 
     def verify(input_ids: torch.Tensor, position_ids: torch.Tensor):
-        out = target(input_ids=input_ids, position_ids=position_ids, past_key_values=cache.cache, use_cache=True,
-                     output_hidden_states=layer_ids is not None)
-        return out.logits, layer_features(out.hidden_states, layer_ids) if layer_ids is not None else None
+        out = target(input_ids=input_ids, position_ids=position_ids, past_key_values=cache.cache, use_cache=True)
+        return out.logits, capture.take() if capture is not None else None
 
     return verify
 

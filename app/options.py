@@ -15,7 +15,25 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", help="cpu, cuda, cuda:1 … (default: cuda if available)")
     group.add_argument("--dtype", help="float32, bfloat16, float16 (default: bfloat16 on cuda, float32 on cpu)")
     group.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 for small models on CPU)")
+    group.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                       help="the compiled path: static caches and torch.compile (CUDA graphs on a GPU), compiled in "
+                            "the background while the eager path answers the first replies (default: on; "
+                            f"{COMPILE_ENV}=0 turns the default off)")
     add_engine_options(parser)
+
+
+COMPILE_ENV = "DFLASH_STUDIO_COMPILE"
+
+
+def compile_default(args) -> bool:
+    """--compile / --no-compile, else on unless the environment says 0 (the test suite does:
+    a compile in every engine it loads would cost minutes of CPU)."""
+    import os
+
+    chosen = getattr(args, "compile", None)
+    if chosen is not None:
+        return bool(chosen)
+    return os.environ.get(COMPILE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +79,7 @@ def add_fallback_options(parser: argparse.ArgumentParser, default: bool = False)
 
 def engine_config(args) -> EngineConfig:
     return EngineConfig(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
-                        threads=getattr(args, "threads", None))
+                        threads=getattr(args, "threads", None), compile=compile_default(args))
 
 
 def vllm_config(args):

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import torch
 
 from .config import EngineConfig, FallbackConfig, SamplingConfig
+from .compiled import CompiledPath
 from .costs import CycleCosts, measure
 from .decode import generate
 from .events import Event, mark_context_full
@@ -22,15 +23,16 @@ from .weights import explain_failures
 
 
 class LocalEngine:
-    def __init__(self, models: LoadedModels):
+    def __init__(self, models: LoadedModels, compile: bool = False):
         self.models = models
+        self.compiled: CompiledPath | None = start_compiled_path(models) if compile else None
         self._costs: CycleCosts | None = None  # set by measure_costs (the app calls it after loading)
         self._costs_lock = threading.Lock()
         self._fallback_memory: dict[tuple, MemorySlot] = {}  # per block size and sampling settings
 
     @classmethod
     def load(cls, config: EngineConfig, progress=None) -> "LocalEngine":
-        return cls(load_models(config, progress))
+        return cls(load_models(config, progress), compile=config.compile)
 
     # ---------------------------------------------------------------- facts
     @property
@@ -58,10 +60,21 @@ class LocalEngine:
         return LOCAL_CAPABILITIES
 
     def info(self) -> dict:
-        return describe(self.models)
+        return dict(describe(self.models), **self.path_info())
+
+    def path_info(self) -> dict:
+        """Which path answers now ('compiled', 'eager (compiling…)', 'eager') and what the
+        compiled one cost: compile seconds, graphs, recompiles after warm-up."""
+        compiled = self.compiled
+        if compiled is None:
+            return {"path": "eager"}
+        return {"path": compiled.label, "compile_state": compiled.state, "compile_error": compiled.error,
+                "compile": compiled.report.as_dict(), "recompiles": compiled.recompiles}
 
     def close(self) -> None:
-        """Nothing to release: the models go with the object."""
+        """Stops the compile thread; the models go with the object."""
+        if self.compiled is not None:
+            self.compiled.close()
 
     # ---------------------------------------------------------------- prompts
     def encode(self, prompt: str | list[Message], raw: bool = False) -> list[int]:
@@ -96,7 +109,7 @@ class LocalEngine:
         events = generate(
             self.models.target, draft, prompt_ids, sampling, tokenizer=self.tokenizer,
             stop_token_ids=self.models.stop_token_ids, fallback=fallback, cancel=cancel,
-            slot_details=slot_details, plain_steps=steps, fallback_memory=memory,
+            slot_details=slot_details, plain_steps=steps, fallback_memory=memory, backend=self.compiled,
         )
         return mark_context_full(explain_failures(events, self.models.device), self.models.context_window)
 
@@ -141,6 +154,14 @@ class LocalEngine:
         if self.models.device.type == "cuda":
             torch.cuda.synchronize()
         return out[0, len(prompt_ids):].tolist(), time.perf_counter() - start
+
+
+def start_compiled_path(models: LoadedModels) -> CompiledPath:
+    """Start compiling the passes a reply at the draft's block needs, in the background; CUDA
+    gets CUDA graphs (``reduce-overhead``)."""
+    max_block = models.draft.block_size if models.draft is not None else 1
+    mode = "reduce-overhead" if models.device.type == "cuda" else None
+    return CompiledPath(models.target, models.draft, max_block, mode=mode).start(max_length=512)
 
 
 Engine = LocalEngine  # the name the app, bench and tests have always used

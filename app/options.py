@@ -8,7 +8,9 @@ import shlex
 from engine.config import PROPOSALS, EngineConfig, FallbackConfig, SamplingConfig
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
+def add_model_options(parser: argparse.ArgumentParser, compile_by_default: bool = True) -> None:
+    """``compile_by_default``: False for commands that answer one reply (the compile would
+    finish after it)."""
     group = parser.add_argument_group("model")
     group.add_argument("--target", metavar="DIR|REPO", help="target model (default: tiny-coder, the shipped pair that answers requests)")
     group.add_argument("--draft", metavar="DIR|REPO", help="DFlash draft (z-lab format; REPO/SUBFOLDER and @REVISION allowed)")
@@ -17,8 +19,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 for small models on CPU)")
     group.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                        help="the compiled path: static caches and torch.compile (CUDA graphs on a GPU), compiled in "
-                            "the background while the eager path answers the first replies (default: on; "
-                            f"{COMPILE_ENV}=0 turns the default off)")
+                            "the background while the eager path answers the first replies (default: "
+                            + (f"on; {COMPILE_ENV}=0 turns the default off)" if compile_by_default else "off)"))
+    parser.set_defaults(compile_by_default=compile_by_default)
     add_engine_options(parser)
 
 
@@ -33,6 +36,8 @@ def compile_default(args) -> bool:
     chosen = getattr(args, "compile", None)
     if chosen is not None:
         return bool(chosen)
+    if not getattr(args, "compile_by_default", True):
+        return False
     return os.environ.get(COMPILE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 

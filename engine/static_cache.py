@@ -72,8 +72,8 @@ class StaticDraftCache:
         return int(self.filled)
 
     def to(self, device) -> "StaticDraftCache":
-        self.filled, self.incoming = self.filled.to(device), self.incoming.to(device)
-        self.positions = torch.arange(self.max_length, device=device)
+        self.filled, self.incoming = _static(self.filled.to(device)), _static(self.incoming.to(device))
+        self.positions = _static(torch.arange(self.max_length, device=device))
         return self
 
     def reset(self) -> None:
@@ -81,9 +81,9 @@ class StaticDraftCache:
         self.incoming.fill_(0)
 
     def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.keys[layer] is None:
-            self.keys[layer] = k.new_zeros(k.shape[0], k.shape[1], self.max_length, k.shape[-1])
-            self.values[layer] = v.new_zeros(v.shape[0], v.shape[1], self.max_length, v.shape[-1])
+        if self.keys[layer] is None:  # allocated by an eager pass, never inside a compiled one
+            self.keys[layer] = _static(k.new_zeros(k.shape[0], k.shape[1], self.max_length, k.shape[-1]))
+            self.values[layer] = _static(v.new_zeros(v.shape[0], v.shape[1], self.max_length, v.shape[-1]))
         index = self.filled + torch.arange(k.shape[-2], device=k.device)
         self.keys[layer].index_copy_(2, index, k)
         self.values[layer].index_copy_(2, index, v)
@@ -118,3 +118,10 @@ class StaticDraftCache:
         self.filled.add_(real)
         self.incoming.fill_(0)
         return hidden
+
+
+def _static(tensor: torch.Tensor) -> torch.Tensor:
+    """Marked as living at a fixed address: CUDA graphs then update it in place instead of
+    refusing to capture a pass that writes into it."""
+    torch._dynamo.mark_static_address(tensor)
+    return tensor

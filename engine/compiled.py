@@ -96,6 +96,7 @@ class CompiledPath:
         self._queued: set[tuple[str, int, int]] = set()
         self._jobs: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
+        self._closed = False
         if has_linear_attention(target):
             self.state, self.error = "unsupported", "linear-attention layers roll back eagerly"
             self.backend = None
@@ -190,15 +191,23 @@ class CompiledPath:
         return self.state == "ready"
 
     def close(self) -> None:
+        """Stop compiling (after the pass in progress) and let the copy's hooks and caches go."""
+        self._closed = True
         self._jobs.put(None)
+        if self._thread is None or not self._thread.is_alive():
+            self._release_backend()
+
+    def _release_backend(self) -> None:
         if self.backend is not None:
-            self.backend.close()
+            with self._lock:
+                self.backend.close()
 
     def _work(self) -> None:
         try:
             while True:
                 item = self._jobs.get()
-                if item is None:
+                if item is None or self._closed:
+                    self._release_backend()
                     return
                 with self._lock:
                     self._compile(*item)

@@ -162,3 +162,33 @@ def test_compile_flags(argv, expected, monkeypatch):
     assert engine_config(parser.parse_args(argv)).compile is expected
     monkeypatch.delenv("DFLASH_STUDIO_COMPILE")
     assert engine_config(parser.parse_args([])).compile is True
+
+
+def test_bench_times_every_plain_path_compiled_and_eager(tmp_path, monkeypatch):
+    """With the compiled path on, bench waits for the compile, runs transformers' generate() with
+    and without its compiled static cache, our block-1 loop and DFlash each compiled and eager,
+    checks that all of them give the same greedy tokens, and takes the speedup over the fastest
+    plain path (here torch.compile hands the functions back as they are: the bench's plumbing is
+    under test, not inductor)."""
+    from engine.bench import BenchPrompt, bench
+    from engine.config import EngineConfig
+    from engine.runtime import Engine
+    from tests.tiny_models import save_tiny_pair
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
+    target_dir, draft_dir, *_ = save_tiny_pair(tmp_path)
+    engine = Engine.load(EngineConfig(target=str(target_dir), draft=str(draft_dir), compile=True))
+    try:
+        prompts = [BenchPrompt("def add(a, b):", raw=True), BenchPrompt("Add two numbers.")]
+        result = bench(engine, prompts, SamplingConfig(max_new_tokens=12))
+    finally:
+        engine.close()
+    assert result["identical"] == 2  # all six paths agreed on both prompts
+    assert set(result["plain_paths"]) == {"transformers generate()", "transformers generate(), compiled static cache",
+                                          "dflash-studio block 1", "dflash-studio block 1, compiled"}
+    fastest = max(p["tokens_per_s"] for p in result["plain_paths"].values())
+    assert result["ar"]["tokens_per_s"] == fastest
+    assert result["speedup"] == round(result["dflash"]["tokens_per_s"] / fastest, 3)
+    assert result["compiled"]["state"] == "ready" and result["compiled"]["recompiles_after_warm_up"] == 0
+    assert result["dflash_eager"]["tokens"] == result["dflash"]["tokens"]
+    assert all(row["dflash_eager_tokens_per_s"] > 0 for row in result["per_prompt"])

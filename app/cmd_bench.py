@@ -111,7 +111,8 @@ def compiled_lines(summary: dict) -> str:
         f"{summary['dflash']['tokens_per_s']:.1f} tok/s: {summary['compiled_over_eager']:.2f}x",
         f"compiled path ({compiled['mode']} mode, {compiled['state']}): {compiled['graphs']} graphs for "
         f"{len(compiled['passes'])} passes in {compiled['total_seconds']:.1f} s; "
-        f"{compiled['recompiles_after_warm_up']} recompiles after warm-up",
+        f"{compiled['recompiles_after_warm_up']} recompiles after warm-up; static caches "
+        f"{compiled['static_cache_mb']:.1f} MB, peak resident memory {summary['peak_resident_mb']} MB",
     ])
 
 

@@ -115,6 +115,15 @@ class StaticBackend:
             self.caches[bucket] = StaticCaches(StaticTargetCache(self.target, bucket + _MAX_PAD), draft)
         return self.caches[bucket]
 
+    def cache_bytes(self) -> int:
+        """Memory the static caches hold (every bucket allocated so far)."""
+        tensors = []
+        for caches in self.caches.values():
+            tensors += [t for layer in caches.target.attention for t in (layer.keys, layer.values)]
+            if caches.draft is not None:
+                tensors += caches.draft.keys + caches.draft.values
+        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
     def open(self, target, draft, max_length: int, max_width: int) -> "StaticSession":
         bucket = self.bucket(max_length)
         caches = self.caches_for(bucket)

@@ -235,8 +235,22 @@ def bench(engine: Engine, prompts: list[BenchPrompt], sampling: SamplingConfig,
     summary = dict(summarize(result, sampling, block, engine), repeat=repeat)
     if compiled:
         summary["compiled"] = dict(compile_report, recompiles_after_warm_up=engine.compiled.recompiles - recompiles_before,
-                                   mode=engine.compiled.mode or "default")
+                                   mode=engine.compiled.mode or "default",
+                                   static_cache_mb=round(engine.compiled.backend.cache_bytes() / 2**20, 2)
+                                   if engine.compiled.backend is not None else 0.0)
+    summary["peak_resident_mb"] = peak_resident_mb()
     return summary
+
+
+def peak_resident_mb() -> float | None:
+    """This process's peak resident memory (Linux and macOS; None elsewhere)."""
+    try:
+        import resource
+        import sys
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / 2**20 if sys.platform == "darwin" else peak / 2**10, 1)
 
 
 def paths(engine: Engine, ids, sampling, fallback, compiled: bool) -> dict:

@@ -97,6 +97,9 @@ class CompiledPath:
         self._jobs: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self._closed = False
+        # inductor writes the thread count into its CPU kernels when it compiles them: the
+        # compile thread takes the loader's (one thread for a small model on a CPU)
+        self.threads = torch.get_num_threads()
         if has_linear_attention(target):
             self.state, self.error = "unsupported", "linear-attention layers roll back eagerly"
             self.backend = None
@@ -197,12 +200,19 @@ class CompiledPath:
         if self._thread is None or not self._thread.is_alive():
             self._release_backend()
 
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the compile thread to end after ``close`` (a script about to exit: a thread
+        still inside torch at exit aborts the process)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
     def _release_backend(self) -> None:
         if self.backend is not None:
             with self._lock:
                 self.backend.close()
 
     def _work(self) -> None:
+        torch.set_num_threads(self.threads)
         try:
             while True:
                 item = self._jobs.get()

@@ -211,6 +211,7 @@ def compiled_check(models, eager_engine, prompts, plain, greedy, eager: dict) ->
     compile_s = time.perf_counter() - started
     if not ready:
         engine.close()
+        path.join(timeout=60)
         return {"ready": False, "state": path.state, "error": path.error, "compile_s": round(compile_s, 2)}
     run_dflash(engine, prompts[0], plain, None)  # warm-up, as for the eager path
     run_dflash(engine, prompts[0], greedy, None)
@@ -218,6 +219,7 @@ def compiled_check(models, eager_engine, prompts, plain, greedy, eager: dict) ->
     result = decode_prompts(engine, prompts, plain, greedy, budget_s=float("inf"))
     same = sum(mine == theirs for mine, theirs in zip(result.pop("replies"), eager["replies"]))
     engine.close()
+    path.join(timeout=60)
     return {
         "ready": True, "mode": path.mode or "default", "compile_s": round(compile_s, 2),
         "graphs": path.report.graphs, "passes": len(path.report.seconds),

@@ -49,7 +49,9 @@ def test_the_compiled_path_equals_plain_and_eager_decoding(name, monkeypatch):
         assert path.wait(timeout=900), path.error
         passes = {(kind, 64, width) for kind, width in path.widths(BLOCK)}
         assert set(path.backend.passes) == passes
-        assert path.report.graphs == len(passes)  # one graph per pass: no graph breaks
+        # at most one graph per pass, none split by a graph break (a pass whose graph another
+        # test's identical shapes compiled already takes it from dynamo's cache: no graph)
+        assert path.report.graphs <= len(passes)
         for block in (1, BLOCK):
             eager = run(target, draft, block)
             compiled = run(target, draft, block, path)

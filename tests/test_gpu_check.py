@@ -67,7 +67,8 @@ def test_the_tiny_check_compares_the_compiled_path_with_the_eager_one():
     assert compiled["prompts"] == result["prompts"] == 2
     assert compiled["identical_to_eager"] == 2 and compiled["identical"] == 2
     assert compiled["recompiles_after_warm_up"] == 0
-    assert compiled["graphs"] == compiled["passes"] == 4  # verifies of 16, 4 and 1 token, a draft pass of 16
+    assert compiled["passes"] == 4  # verifies of 16, 4 and 1 token, a draft pass of 16
+    assert compiled["graphs"] <= compiled["passes"]  # no pass split by a graph break
     assert compiled["plain_tokens_per_s"] > 0 and compiled["dflash_tokens_per_s"] > 0 and compiled["compile_s"] > 0
 
 

@@ -40,17 +40,20 @@ def test_static_backend_equals_plain_and_eager_on_every_family(family, block, mo
     name, target, reference = family
     draft = tiny_draft(target, block_size=max(block, 2))
     backend = StaticBackend(target, draft)
-    eager = run(target, draft, block)
-    static = run(target, draft, block, backend)
-    assert list(static[-1].token_ids) == reference, name
-    # the draft saw the same features and context: it proposed the same tokens in every cycle
-    assert drafts_of(static) == drafts_of(eager), name
-    # a second reply on the same (reused) caches starts from empty ones
-    assert list(run(target, draft, block, backend)[-1].token_ids) == reference, name
-    # every accept count and rollback length, past every window
-    monkeypatch.setattr(decode_module, "propose", oracle_propose(reference, target.config.vocab_size))
-    events = run(target, draft, block, backend)
-    assert list(events[-1].token_ids) == reference, name
+    try:
+        eager = run(target, draft, block)
+        static = run(target, draft, block, backend)
+        assert list(static[-1].token_ids) == reference, name
+        # the draft saw the same features and context: it proposed the same tokens in every cycle
+        assert drafts_of(static) == drafts_of(eager), name
+        # a second reply on the same (reused) caches starts from empty ones
+        assert list(run(target, draft, block, backend)[-1].token_ids) == reference, name
+        # every accept count and rollback length, past every window
+        monkeypatch.setattr(decode_module, "propose", oracle_propose(reference, target.config.vocab_size))
+        events = run(target, draft, block, backend)
+        assert list(events[-1].token_ids) == reference, name
+    finally:
+        backend.close()  # the module's twin is shared: its hooks go
     if block > 1:
         accepted = {cycle.accepted for cycle in events[1:-1]}
         assert len(accepted) >= min(block, 4) and max(accepted) == block - 1, accepted
@@ -109,3 +112,37 @@ def test_the_static_draft_cache_masks_its_padding():
         got = static.run(draft, noise, features[:, 9:], 12)  # 3 real context positions padded to 8
     assert static.length == 12
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["qwen3", "gemma3"])
+def test_speculative_sampling_on_the_static_backend_keeps_the_distribution(name, monkeypatch):
+    """At T > 0 the static backend (padded verifies, reused caches) still emits the target's own
+    samples: the chi-square test of tests/test_families.py, on this backend."""
+    from engine.static_cache import StaticDraftCache
+    from tests import test_engine_sampling as sampling_tests
+    from tests.family_twins import FAMILIES
+
+    window = {"sliding_window": 3} if "sliding_window" in FAMILIES[name][3] else {}
+    target = family_twin(name, vocab_size=sampling_tests.VOCAB, sharpness=40.0, **window)
+    marginals = sampling_tests.exact_marginals(target, 4, 1.0)
+    proposal_logits = torch.stack([m.clamp_min(1e-9).log() * 2.0 for m in marginals[1:]])
+    monkeypatch.setattr(decode_module, "propose", sampling_tests.stand_in_draft(target, proposal_logits, 1.0))
+    draft = tiny_draft(target, block_size=3)
+    backend = StaticBackend(target, draft, buckets=(32,))
+    n = 400
+    counts = [torch.zeros(sampling_tests.VOCAB) for _ in marginals]
+    accepted = 0
+    for seed in range(n):
+        events = list(generate(target, draft, sampling_tests.PROMPT,
+                               SamplingConfig(max_new_tokens=4, block_size=3, temperature=1.0, seed=seed,
+                                              proposal="sample"), backend=backend))
+        assert isinstance(events[-1], Finished), events[-1]
+        for k, counter in enumerate(counts):
+            counter[events[-1].token_ids[k]] += 1
+        accepted += events[1].accepted
+    assert isinstance(backend.caches[32].draft, StaticDraftCache)
+    assert accepted > n * 0.2, accepted  # the accept paths ran
+    for k, (counter, probs) in enumerate(zip(counts, marginals), 1):
+        stat, dof = sampling_tests.chi_square(counter, probs, n)
+        assert stat < 31.3, (name, k, stat, dof, counter / n, probs)  # p = 0.001 for <= 11 dof

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 from .options import add_fallback_options, add_model_options, add_proposal_option, engine_config
 
@@ -86,6 +87,8 @@ def run(args) -> int:
     print(f"speedup {summary['speedup']:.2f}x, mean τ {df['mean_acceptance_length']:.2f}, "
           f"{identity_label(summary)} {summary['identical']}/{summary['prompts']}, loops {summary['loops']}")
     print("per-position acceptance: " + " ".join(f"{p:.2f}" for p in df["per_position_acceptance"]))
+    if summary.get("compiled"):
+        print(compiled_lines(summary))
     if summary.get("per_prompt_speedup"):
         print_spread(summary)
     if len(summary.get("by_kind", {})) > 1:
@@ -101,6 +104,22 @@ def run(args) -> int:
               f"{local['dflash']['tokens_per_s']:.1f} tok/s ({local['speedup']:.2f}x, mean τ "
               f"{local['dflash']['mean_acceptance_length']:.2f}); identical = every path gave the same tokens")
     return 0
+
+
+def compiled_lines(summary: dict) -> str:
+    """The compiled path's lines: every plain path, DFlash eager against compiled, what the
+    compile took and how many graphs were compiled again during the timed runs (0 expected)."""
+    compiled = summary["compiled"]
+    plain = ", ".join(f"{name} {p['tokens_per_s']:.1f}" for name, p in summary["plain_paths"].items())
+    return "\n".join([
+        f"plain paths (tok/s): {plain}",
+        f"DFlash eager {summary['dflash_eager']['tokens_per_s']:.1f} tok/s, compiled "
+        f"{summary['dflash']['tokens_per_s']:.1f} tok/s: {summary['compiled_over_eager']:.2f}x",
+        f"compiled path ({compiled['mode']} mode, {compiled['state']}): {compiled['graphs']} graphs for "
+        f"{len(compiled['passes'])} passes in {compiled['total_seconds']:.1f} s; "
+        f"{compiled['recompiles_after_warm_up']} recompiles after warm-up; static caches "
+        f"{compiled['static_cache_mb']:.1f} MB, peak resident memory {summary['peak_resident_mb']} MB",
+    ])
 
 
 def identity_label(summary: dict) -> str:
@@ -158,6 +177,10 @@ def run_vllm(args, prompts, sampling) -> dict:
     engine = open_engine(args)
     try:
         local = Engine.load(engine_config(args)) if args.with_local else None
+        if local is not None and local.compiled is not None:
+            from engine.bench import wait_for_compile
+
+            wait_for_compile(local, prompts, sampling)  # the timed runs never meet a compile
         return bench_vllm(engine, prompts, sampling, progress_printer(args), local)
     finally:
         engine.close()
@@ -193,7 +216,7 @@ def run_costs(args) -> int:
         return run_shape_costs(args)
     from engine.runtime import Engine
 
-    engine = Engine.load(engine_config(args))
+    engine = Engine.load(replace(engine_config(args), compile=False))  # the eager path's costs
     costs = forward_costs(engine, context=args.context)
     if args.json:
         print(json.dumps(costs))
@@ -253,7 +276,7 @@ def run_replay(args) -> int:
     if args.temperature > 0:
         raise InvalidRequestError("--replay is greedy only: with sampling the reply depends on the block sizes")
     prompts = read_prompts(args.prompts or assets_dir() / "prompts" / "code.jsonl", heal=args.heal)[: args.limit or None]
-    engine = Engine.load(engine_config(args))
+    engine = Engine.load(replace(engine_config(args), compile=False))
     block = engine.block_size
     measured = forward_costs(engine, context=args.context, sizes=sorted({1, 2, 4, 8, block} & set(range(1, block + 1))))
     costs = {b: (measured["draft_ms"].get(b, 0.0), v) for b, v in measured["verify_ms"].items()}

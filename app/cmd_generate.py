@@ -18,7 +18,7 @@ RESET = "\x1b[0m"
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("generate", help="generate a reply to one prompt, showing what DFlash did")
-    add_model_options(parser)
+    add_model_options(parser, compile_by_default=False)
     add_sampling_options(parser)
     add_fallback_options(parser)
     parser.add_argument("--raw", action="store_true", help="use the prompt as raw text, not through the chat template")

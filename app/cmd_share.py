@@ -33,7 +33,7 @@ def register(commands: argparse._SubParsersAction, database: argparse.ArgumentPa
     parser.add_argument("--gif", type=Path, metavar="FILE.gif", help="also write the replay as an animated GIF")
     parser.add_argument("--race", action="store_true",
                         help="run Compare now on the engine (plain decoding, then DFlash) and race the two on the page")
-    add_model_options(parser)
+    add_model_options(parser, compile_by_default=False)
     parser.set_defaults(func=guarded(share_reply))
 
 

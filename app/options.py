@@ -8,14 +8,37 @@ import shlex
 from engine.config import PROPOSALS, EngineConfig, FallbackConfig, SamplingConfig
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
+def add_model_options(parser: argparse.ArgumentParser, compile_by_default: bool = True) -> None:
+    """``compile_by_default``: False for commands that answer one reply (the compile would
+    finish after it)."""
     group = parser.add_argument_group("model")
     group.add_argument("--target", metavar="DIR|REPO", help="target model (default: tiny-coder, the shipped pair that answers requests)")
     group.add_argument("--draft", metavar="DIR|REPO", help="DFlash draft (z-lab format; REPO/SUBFOLDER and @REVISION allowed)")
     group.add_argument("--device", help="cpu, cuda, cuda:1 … (default: cuda if available)")
     group.add_argument("--dtype", help="float32, bfloat16, float16 (default: bfloat16 on cuda, float32 on cpu)")
     group.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 for small models on CPU)")
+    group.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                       help="the compiled path: static caches and torch.compile (CUDA graphs on a GPU), compiled in "
+                            "the background while the eager path answers the first replies (default: "
+                            + (f"on; {COMPILE_ENV}=0 turns the default off)" if compile_by_default else "off)"))
+    parser.set_defaults(compile_by_default=compile_by_default)
     add_engine_options(parser)
+
+
+COMPILE_ENV = "DFLASH_STUDIO_COMPILE"
+
+
+def compile_default(args) -> bool:
+    """--compile / --no-compile, else on unless the environment says 0 (the test suite does:
+    a compile in every engine it loads would cost minutes of CPU)."""
+    import os
+
+    chosen = getattr(args, "compile", None)
+    if chosen is not None:
+        return bool(chosen)
+    if not getattr(args, "compile_by_default", True):
+        return False
+    return os.environ.get(COMPILE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +84,7 @@ def add_fallback_options(parser: argparse.ArgumentParser, default: bool = False)
 
 def engine_config(args) -> EngineConfig:
     return EngineConfig(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
-                        threads=getattr(args, "threads", None))
+                        threads=getattr(args, "threads", None), compile=compile_default(args))
 
 
 def vllm_config(args):

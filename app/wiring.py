@@ -138,7 +138,8 @@ def engine_loader(base: EngineConfig, vllm=None) -> Loader:
         from engine.runtime import Engine
 
         config = EngineConfig(target=choice.target, draft=choice.draft, device=base.device, dtype=base.dtype,
-                              speculative=base.speculative, threads=base.threads, name=choice.key)
+                              speculative=base.speculative, threads=base.threads, name=choice.key,
+                              compile=base.compile)
         engine = Engine.load(config, progress=progress)
         progress(1.0, "measuring what a cycle costs (for the speed estimate)")
         engine.measure_costs()

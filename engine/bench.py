@@ -128,6 +128,11 @@ class BenchResult:
     hf: PathTotals = field(default_factory=PathTotals)
     block1: PathTotals = field(default_factory=PathTotals)
     dflash: PathTotals = field(default_factory=PathTotals)
+    # with the compiled path on: block1 and dflash above run compiled, these eagerly, and
+    # hf_compiled is transformers' own compiled static-cache generate()
+    hf_compiled: PathTotals = field(default_factory=PathTotals)
+    block1_eager: PathTotals = field(default_factory=PathTotals)
+    dflash_eager: PathTotals = field(default_factory=PathTotals)
     taus: list[int] = field(default_factory=list)
     positions: AcceptanceCounts = field(default_factory=AcceptanceCounts)
     kinds: dict[str, "BenchResult"] = field(default_factory=dict)  # "chat" / "prefix": the same, per kind
@@ -139,9 +144,10 @@ class BenchResult:
         self.taus.extend(df.acceptance_lengths)
 
 
-def run_dflash(engine: Engine, prompt_ids, sampling, fallback) -> tuple[Finished, list[Cycle]]:
+def run_dflash(engine: Engine, prompt_ids, sampling, fallback, compiled: bool = True) -> tuple[Finished, list[Cycle]]:
     finished, cycles = None, []
-    for event in engine.generate(prompt_ids, sampling, fallback, slot_details=False):
+    on = {} if compiled else {"compiled": False}  # engines without a compiled path take no such argument
+    for event in engine.generate(prompt_ids, sampling, fallback, slot_details=False, **on):
         if isinstance(event, Failed):
             raise InvalidRequestError(f"generation failed: {event.message}")
         if isinstance(event, Cycle):
@@ -167,38 +173,54 @@ def fastest(runs: list[Run]) -> object:
 
 def bench(engine: Engine, prompts: list[BenchPrompt], sampling: SamplingConfig,
           fallback: FallbackConfig | None = None, progress=None, repeat: int = 1) -> dict:
-    """``repeat``: run the three paths that many times per prompt, interleaved, and keep each
-    path's fastest run (same seed, so the same tokens at any temperature): on a shared CPU one
-    run of a prompt can be 15 % slower than the next for the same work."""
+    """``repeat``: run the paths that many times per prompt, interleaved, and keep each path's
+    fastest run (same seed, so the same tokens at any temperature): on a shared CPU one run of a
+    prompt can be 15 % slower than the next for the same work. With the compiled path on, its
+    passes are compiled before anything is timed, and every plain and DFlash path runs both
+    compiled and eager; the speedup is over the fastest plain path of all."""
     if repeat < 1:
         raise InvalidRequestError(f"repeat must be at least 1 (got {repeat})")
     block = sampling.block_size or engine.block_size
+    compiled = getattr(engine, "compiled", None) is not None
     result = BenchResult()
-    # warm-up: every path once on a short run (allocations, kernels, lazy imports)
+    # warm-up: every path once on a short run (allocations, kernels, lazy imports, compiles)
     warm_ids = engine.encode(prompts[0].prompt, raw=prompts[0].raw)
     short = engine.check_request(warm_ids, replace(sampling, max_new_tokens=min(16, sampling.max_new_tokens)))
+    compile_report = None
+    if compiled:
+        compile_report = wait_for_compile(engine, prompts, sampling)
+        engine.hf_generate(warm_ids, short, compiled=True)
     engine.hf_generate(warm_ids, short)
     run_dflash(engine, warm_ids, replace(short, block_size=1), None)
     run_dflash(engine, warm_ids, short, fallback)
+    if compiled:
+        run_dflash(engine, warm_ids, replace(short, block_size=1), None, False)
+        run_dflash(engine, warm_ids, short, fallback, False)
+    recompiles_before = engine.compiled.recompiles if compiled else 0
     for number, item in enumerate(prompts, 1):
         ids = engine.encode(item.prompt, raw=item.raw)
         sampling_i = engine.check_request(ids, sampling)
-        hf_runs, ar_runs, df_runs = [], [], []
+        runs: dict[str, list[Run]] = {}
         for _ in range(repeat):
-            hf_ids, hf_s = engine.hf_generate(ids, sampling_i)
-            hf_runs.append(Run((hf_ids, hf_s), len(hf_ids), hf_s))
-            ar, _ = run_dflash(engine, ids, replace(sampling_i, block_size=1), None)
-            ar_runs.append(Run(ar, ar.new_tokens, ar.total_ms / 1000))
-            df, cycles = run_dflash(engine, ids, sampling_i, fallback)
-            df_runs.append(Run((df, cycles), df.new_tokens, df.total_ms / 1000))
-        (hf_ids, hf_s), ar, (df, cycles) = fastest(hf_runs), fastest(ar_runs), fastest(df_runs)
+            for path, timed in paths(engine, ids, sampling_i, fallback, compiled).items():
+                runs.setdefault(path, []).append(timed())
+        best = {path: fastest(r) for path, r in runs.items()}
+        (hf_ids, hf_s), ar, (df, cycles) = best["hf"], best["block1"], best["dflash"]
         identical = list(df.token_ids) == list(ar.token_ids) == hf_ids
+        extra = {}
+        if compiled:
+            hfc_ids, hfc_s = best["hf_compiled"]
+            ar_eager, (df_eager, _) = best["block1_eager"], best["dflash_eager"]
+            identical = identical and hfc_ids == hf_ids and list(ar_eager.token_ids) == list(df_eager.token_ids) \
+                == hf_ids
+            extra = {"hf_compiled": (len(hfc_ids), hfc_s), "block1_eager": ar_eager, "dflash_eager": df_eager}
         kind = result.kinds.setdefault(prompt_kind(item.raw), BenchResult())
         for totals in (result, kind):
             totals.add_run(len(hf_ids), hf_s, ar, df)
+            add_extra(totals, extra)
         kind.rows.append({"identical": identical})
         hf_tps = len(hf_ids) / hf_s if hf_s else 0.0
-        plain_tps = max(hf_tps, ar.tokens_per_s)
+        plain_tps = max([hf_tps, ar.tokens_per_s] + plain_extra(extra))
         row = {
             "name": item.name, "prompt": item.label[:80], "raw": item.raw,
             "tokens": df.new_tokens, "hf_tokens_per_s": round(len(hf_ids) / hf_s, 3) if hf_s else 0.0,
@@ -207,15 +229,98 @@ def bench(engine: Engine, prompts: list[BenchPrompt], sampling: SamplingConfig,
             "mean_acceptance_length": round(df.mean_acceptance_length, 3),
             "per_position_acceptance": [round(p, 3) for p in df.per_position_acceptance],
             "identical": identical, "loop": is_loop(list(df.token_ids)),
-            "plain_paths_disagree": plain_paths_disagree(hf_tps, ar.tokens_per_s),
+            "plain_paths_disagree": plain_paths_disagree(hf_tps, ar.tokens_per_s) if not compiled else False,
             "finish_reason": df.reason,
         }
+        if compiled:
+            tokens, seconds = extra["hf_compiled"]
+            row.update(hf_compiled_tokens_per_s=round(tokens / seconds, 3) if seconds else 0.0,
+                       block1_eager_tokens_per_s=round(extra["block1_eager"].tokens_per_s, 3),
+                       dflash_eager_tokens_per_s=round(extra["dflash_eager"].tokens_per_s, 3))
         result.rows.append(row)
         for cycle in cycles:
             result.positions.add(cycle.block_size, cycle.accepted, cycle.tau)
         if progress:
             progress(number, len(prompts), row)
-    return dict(summarize(result, sampling, block, engine), repeat=repeat)
+    summary = dict(summarize(result, sampling, block, engine), repeat=repeat)
+    if compiled:
+        summary["compiled"] = dict(compile_report, recompiles_after_warm_up=engine.compiled.recompiles - recompiles_before,
+                                   mode=engine.compiled.mode or "default",
+                                   static_cache_mb=round(engine.compiled.backend.cache_bytes() / 2**20, 2)
+                                   if engine.compiled.backend is not None else 0.0)
+    summary["peak_resident_mb"] = peak_resident_mb()
+    return summary
+
+
+def peak_resident_mb() -> float | None:
+    """This process's peak resident memory (Linux and macOS; None elsewhere)."""
+    try:
+        import resource
+        import sys
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / 2**20 if sys.platform == "darwin" else peak / 2**10, 1)
+
+
+def paths(engine: Engine, ids, sampling, fallback, compiled: bool) -> dict:
+    """The timed paths, each a callable returning a ``Run``, in the order they run."""
+
+    def hf(on):
+        def timed():
+            out, seconds = engine.hf_generate(ids, sampling, compiled=True) if on else engine.hf_generate(ids, sampling)
+            return Run((out, seconds), len(out), seconds)
+        return timed
+
+    def ours(block1: bool, on: bool):
+        def timed():
+            args = (engine, ids, replace(sampling, block_size=1) if block1 else sampling, None if block1 else fallback)
+            finished, cycles = run_dflash(*args) if on else run_dflash(*args, False)
+            return Run(finished if block1 else (finished, cycles), finished.new_tokens, finished.total_ms / 1000)
+        return timed
+
+    chosen = {"hf": hf(False), "block1": ours(True, True), "dflash": ours(False, True)}
+    if compiled:
+        chosen.update(hf_compiled=hf(True), block1_eager=ours(True, False), dflash_eager=ours(False, False))
+    return chosen
+
+
+def add_extra(totals: BenchResult, extra: dict) -> None:
+    if not extra:
+        return
+    totals.hf_compiled.add(*extra["hf_compiled"])
+    for name in ("block1_eager", "dflash_eager"):
+        getattr(totals, name).add(extra[name].new_tokens, extra[name].total_ms / 1000)
+
+
+def plain_extra(extra: dict) -> list[float]:
+    if not extra:
+        return []
+    tokens, seconds = extra["hf_compiled"]
+    return [tokens / seconds if seconds else 0.0, extra["block1_eager"].tokens_per_s]
+
+
+def wait_for_compile(engine: Engine, prompts: list[BenchPrompt], sampling: SamplingConfig) -> dict:
+    """Queue the passes every prompt's length needs and wait for them (timed runs never meet a
+    compile); returns the compile report: seconds per pass (cold or from inductor's disk
+    cache, whichever this start had) and the graph count."""
+    import time
+
+    path = engine.compiled
+    max_block = sampling.block_size or engine.block_size
+    started = time.perf_counter()
+    for item in prompts:
+        ids = engine.encode(item.prompt, raw=item.raw)
+        length = len(ids) + engine.check_request(ids, sampling).max_new_tokens
+        try:
+            bucket = path.backend.bucket(length) if path.backend is not None else None
+        except ValueError:
+            continue
+        if bucket is not None:
+            path.queue({(kind, bucket, width) for kind, width in path.widths(max_block)})
+    path.wait()
+    return dict(path.report.as_dict(), state=path.state, error=path.error,
+                waited_seconds=round(time.perf_counter() - started, 2))
 
 
 PLAIN_DISAGREEMENT = 0.20  # the two plain paths do the same work: a larger gap on one prompt is noise
@@ -242,9 +347,19 @@ def prompt_kind(raw: bool) -> str:
     return "prefix" if raw else "chat"
 
 
+def plain_paths(result: BenchResult) -> dict[str, dict]:
+    """Every plain path that ran, by the name reports give it."""
+    named = {"transformers generate()": result.hf, "dflash-studio block 1": result.block1}
+    if result.hf_compiled.tokens:
+        named.update({"transformers generate(), compiled static cache": result.hf_compiled,
+                      "dflash-studio block 1, compiled": result.block1,
+                      "dflash-studio block 1": result.block1_eager})
+    return {name: totals.as_dict() for name, totals in named.items()}
+
+
 def path_speedup(result: BenchResult) -> float:
-    """DFlash tokens/s over the faster plain path's, both summed over the prompts."""
-    plain = max(result.hf.as_dict()["tokens_per_s"], result.block1.as_dict()["tokens_per_s"])
+    """DFlash tokens/s over the fastest plain path's, both summed over the prompts."""
+    plain = max(p["tokens_per_s"] for p in plain_paths(result).values())
     return round(result.dflash.as_dict()["tokens_per_s"] / plain, 3) if plain else 0.0
 
 
@@ -259,8 +374,8 @@ def kind_summary(result: BenchResult) -> dict:
 
 def summarize(result: BenchResult, sampling: SamplingConfig, block: int, engine: Engine) -> dict:
     hf, b1, df = result.hf.as_dict(), result.block1.as_dict(), result.dflash.as_dict()
-    ar = hf if hf["tokens_per_s"] >= b1["tokens_per_s"] else b1
-    ar = dict(ar, path="transformers generate()" if ar is hf else "dflash-studio block 1")
+    name, ar = max(plain_paths(result).items(), key=lambda item: item[1]["tokens_per_s"])
+    ar = dict(ar, path=name)
     dflash = dict(df,
                   mean_acceptance_length=round(sum(result.taus) / len(result.taus), 4) if result.taus else 0.0,
                   per_position_acceptance=[round(p, 4) for p in result.positions.per_position_acceptance],
@@ -277,7 +392,18 @@ def summarize(result: BenchResult, sampling: SamplingConfig, block: int, engine:
         "plain_paths_disagree": [r["name"] for r in result.rows if r["plain_paths_disagree"]],
         "by_kind": kind_summary(result),
         "ar": ar, "hf_generate": hf, "block1": b1, "dflash": dflash, "per_prompt": result.rows,
+        "plain_paths": plain_paths(result), **compiled_paths(result),
     }
+
+
+def compiled_paths(result: BenchResult) -> dict:
+    """With the compiled path on: the eager DFlash run beside the compiled one, and the ratio."""
+    if not result.hf_compiled.tokens:
+        return {}
+    eager, compiled = result.dflash_eager.as_dict(), result.dflash.as_dict()
+    ratio = compiled["tokens_per_s"] / eager["tokens_per_s"] if eager["tokens_per_s"] else 0.0
+    return {"dflash_eager": eager, "hf_generate_compiled": result.hf_compiled.as_dict(),
+            "block1_eager": result.block1_eager.as_dict(), "compiled_over_eager": round(ratio, 3)}
 
 
 def _threads(engine: Engine) -> int | None:

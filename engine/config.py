@@ -20,6 +20,9 @@ class EngineConfig:
     speculative: bool = True  # False: load no draft at all
     threads: int | None = None  # CPU threads for torch; None: 1 for small models on CPU (see loading.pick_threads)
     name: str | None = None  # what the pair is called (shown, stored); None: engine.shipped.pair_name of the paths
+    # the compiled path (engine/compiled.py): static caches and torch.compile, compiled in the
+    # background while the eager path answers; the command line turns it on where it pays
+    compile: bool = False
 
 
 # The largest block any engine accepts, in every edge (UI slider, CLI, API): the published DFlash

@@ -24,9 +24,8 @@ from .draft import DFlashDraftModel
 from .errors import DFlashError
 from .events import Cycle, DraftSlot, Event, Failed, Finished, Started
 from .fallback import MemorySlot, make_policy
-from .features import FeatureCapture
 from .sampling import draw, leading_matches, sample, sampling_probs, speculative_accept
-from .target_cache import TargetCache
+from .backends import EagerBackend
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +43,16 @@ def generate(
     slot_details: bool = True,
     plain_steps: Mapping[int, float] | None = None,
     fallback_memory: MemorySlot | None = None,
+    backend=None,
 ) -> Iterator[Event]:
     """Yield Started, Cycle..., then Finished; an exception becomes a final Failed event
     (logged with its traceback, never swallowed silently). ``plain_steps``: a cycle's measured
-    cost in plain steps per block size (``Cycle.cost_in_plain_steps``), when known."""
+    cost in plain steps per block size (``Cycle.cost_in_plain_steps``), when known. ``backend``:
+    how the forwards run (engine/backends.py; default eager)."""
     try:
         yield from _decode(target, draft, list(prompt_ids), sampling, tokenizer, set(stop_token_ids),
                            fallback or FallbackConfig(enabled=False), cancel, slot_details, plain_steps or {},
-                           fallback_memory)
+                           fallback_memory, backend or EagerBackend())
     except DFlashError as exc:
         yield Failed(kind=type(exc).__name__, message=str(exc))
     except Exception as exc:  # surfaced to the user as an event, with the traceback in the log
@@ -61,27 +62,22 @@ def generate(
 
 @torch.inference_mode()
 def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, cancel, slot_details, plain_steps,
-            memory):
+            memory, backend):
     device = target.device
     max_block = sampling.block_size or (draft.block_size if draft is not None else 1)
     speculative = draft is not None and max_block > 1
     policy = make_policy(fallback, max_block if speculative else 1, memory.memory if memory else None)
     chooser = TokenChooser(sampling, device)
     detok = IncrementalDetokenizer(tokenizer, prompt_ids) if tokenizer is not None else None
-    cache = TargetCache(target)
-    capture = FeatureCapture(target, draft.target_layer_ids).attach() if speculative else None
-    draft_cache = draft.new_cache() if speculative else None
+    num_prompt = len(prompt_ids)
+    max_length = num_prompt + sampling.max_new_tokens
+    session = backend.open(target, draft if speculative else None, max_length, max_block)
     try:
-        num_prompt = len(prompt_ids)
-        max_length = num_prompt + sampling.max_new_tokens
-
         # ---- prefill: the target's first token is the first anchor ----
         t0 = clock(device)
-        out = target(input_ids=torch.tensor([prompt_ids], device=device), past_key_values=cache.cache,
-                     use_cache=True, logits_to_keep=1)
-        anchor = chooser.first(out.logits[0, -1:])
-        cache.commit(num_prompt)  # keeps every prompt position; trims sliding layers to their window
-        pending = [capture.take()] if speculative else []  # features not yet in the draft cache
+        logits, features = session.prefill(prompt_ids)
+        anchor = chooser.first(logits)
+        pending = [features] if speculative else []  # features not yet in the draft cache
         prefill_ms = (clock(device) - t0) * 1000
         reply = Reply(detok, anchor, plain_steps)
         yield Started(num_prompt, sampling.max_new_tokens, max_block, sampling.temperature,
@@ -94,7 +90,7 @@ def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, 
                 reason = "cancelled"
                 break
             block = min(policy.block_size, max_length - start)
-            step = draft_and_verify(target, draft, cache, draft_cache, pending, anchor, start, block, chooser)
+            step = draft_and_verify(session, draft, pending, anchor, start, block, chooser, width=policy.block_size)
             if block > 1:
                 pending = []  # the draft pass took every pending feature into its cache
 
@@ -103,8 +99,8 @@ def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, 
             stopped = emitted[-1] in stop_ids
 
             # ---- commit: the target cache kept anchor + accepted drafts; their features go to the draft ----
-            if capture is not None:
-                pending.append(capture.take()[:, : len(emitted)])
+            if speculative:
+                pending.append(step.features[:, : len(emitted)])
             decision = policy.observe(block, step.accepted, step.draft_ms, step.verify_ms)
             cycle = reply.add_cycle(step, emitted, start, decision, pending,
                                     (sampling, tokenizer) if slot_details else None)
@@ -117,9 +113,7 @@ def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, 
             memory.keep(policy)
         yield reply.finish(reason or ("stop" if stopped else "length"), num_prompt, prefill_ms, total_ms, max_block)
     finally:
-        cache.close()
-        if capture is not None:
-            capture.detach()
+        session.close()
 
 
 @dataclass(frozen=True)
@@ -133,6 +127,7 @@ class Verified:
     accepted: int  # leading drafts the target accepted
     draft_ms: float
     verify_ms: float
+    features: torch.Tensor | None = None  # [1, B, k*H]: the target's features at the verified positions
 
     @property
     def emitted(self) -> list[int]:
@@ -140,29 +135,24 @@ class Verified:
         return self.drafts[: self.accepted] + [self.chosen[self.accepted]]
 
 
-def draft_and_verify(target, draft, cache: TargetCache, draft_cache, pending, anchor, start, block,
-                     chooser) -> Verified:
+def draft_and_verify(session, draft, pending, anchor, start, block, chooser, width: int | None = None) -> Verified:
     """ONE draft forward fills the block's B-1 mask slots (none at block 1); ONE target forward
-    verifies [anchor, drafts] at positions start..start+B-1; the target cache then keeps the
-    anchor and the accepted drafts only (the rollback is part of the verify's cost)."""
-    device = target.device
+    verifies [anchor, drafts] at positions start..start+B-1 (a static backend pads it to
+    ``width``, the policy's block); the target cache then keeps the anchor and the accepted
+    drafts only (the rollback is part of the verify's cost)."""
+    device = session.target.device
     t_draft = clock(device)
     drafts, draft_logits, q = [], None, None
     if block > 1:
-        argmax, draft_logits = propose(draft, target, draft_cache, pending, anchor, start, block)
+        argmax, draft_logits = propose(draft, session.target, session.draft_cache, pending, anchor, start, block)
         drafts, q = chooser.proposals(argmax, draft_logits)
     t_verify = clock(device)
-    if block > 1:
-        cache.before_verify()
-    out = target(input_ids=torch.tensor([[anchor] + drafts], device=device),
-                 position_ids=torch.arange(start, start + block, device=device)[None],
-                 past_key_values=cache.cache, use_cache=True)
-    logits = out.logits[0]
+    logits, features = session.verify([anchor] + drafts, start, width or block)
     accepted, chosen = chooser.verify(drafts, q, logits)
-    cache.commit(start + accepted + 1)
+    session.commit(start + accepted + 1)
     t_done = clock(device)
     return Verified(drafts, draft_logits, logits, chosen, accepted,
-                    (t_verify - t_draft) * 1000, (t_done - t_verify) * 1000)
+                    (t_verify - t_draft) * 1000, (t_done - t_verify) * 1000, features)
 
 
 class Reply:
@@ -237,8 +227,11 @@ def propose(draft, target, draft_cache, pending, anchor, start, block):
     block_ids = torch.full((1, width), draft.mask_token_id, dtype=torch.long, device=device)
     block_ids[0, 0] = anchor
     noise = draft.embed(target.get_input_embeddings(), block_ids)
-    positions = torch.arange(start - context.shape[1], start + width, device=device)[None]
-    hidden = draft(noise, context.to(noise.dtype), positions, cache=draft_cache)
+    context = context.to(noise.dtype)
+    if draft_cache is not None:
+        hidden = draft_cache.run(draft, noise, context, start)
+    else:
+        hidden = draft(noise, context, torch.arange(start - context.shape[1], start + width, device=device)[None])
     return draft.draft_tokens(hidden[0, 1:block], anchor, target.get_output_embeddings())
 
 

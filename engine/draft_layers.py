@@ -54,6 +54,18 @@ class DraftCache:
     def length(self) -> int:
         return 0 if self.keys[0] is None else self.keys[0].shape[-2]
 
+    def key_positions(self, count: int, device) -> torch.Tensor:
+        return torch.arange(count, device=device)
+
+    def visible_keys(self) -> None:
+        """Every cached key is visible (``StaticDraftCache`` masks its padding)."""
+        return None
+
+    def run(self, draft, noise: torch.Tensor, context: torch.Tensor, start: int) -> torch.Tensor:
+        """One draft pass with the new ``context`` features before the block at start.. ."""
+        positions = torch.arange(start - context.shape[1], start + noise.shape[1], device=noise.device)[None]
+        return draft(noise, context, positions, cache=self)
+
     def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.keys[layer] is not None:
             k = torch.cat([self.keys[layer], k], dim=-2)
@@ -147,12 +159,16 @@ class DraftAttention(nn.Module):
         k = torch.cat([k_ctx, k_blk], dim=-2)
         v = torch.cat([v_ctx, v_blk], dim=-2)
         mask = attention_mask
+        visible = cache.visible_keys() if cache is not None else None  # a static cache's filled positions
         if mask is None and (self.is_causal or self.sliding_window is not None):
             ctx_len = k_ctx.shape[-2]
             query_pos, block_key_pos = positions[1], positions[1]
-            ctx_key_pos = torch.arange(ctx_len, device=x.device) if cache is not None else positions[0]
+            ctx_key_pos = cache.key_positions(ctx_len, x.device) if cache is not None else positions[0]
             key_pos = torch.cat([ctx_key_pos, block_key_pos])
             mask = sliding_causal_mask(query_pos, key_pos, self.is_causal, self.sliding_window)[None, None]
+        if visible is not None:
+            keys = torch.cat([visible, visible.new_ones(q_len)])[None, None, None]
+            mask = keys if mask is None else mask & keys
         if self.attention_sink_bias is not None:
             out = self._attend_with_sink(q, k, v, mask)
         else:

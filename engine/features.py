@@ -59,6 +59,10 @@ class FeatureCapture:
         self._handles.clear()
         self._outputs.clear()
 
+    def clear(self) -> None:
+        """Drop what the hooks hold (a reply that ended mid-cycle)."""
+        self._outputs.clear()
+
     def take(self) -> torch.Tensor:
         parts = []
         for layer_id in self.layer_ids:

@@ -24,12 +24,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, LinearAttentionLayer
+from transformers.cache_utils import (Cache, DynamicLayer, DynamicSlidingWindowLayer, LinearAttentionLayer,
+                                      StaticLayer)
 
 from .errors import UnsupportedTargetError
 from .features import decoder_layers
 
-ATTENTION_LAYERS = (DynamicLayer, DynamicSlidingWindowLayer)
+ATTENTION_LAYERS = (DynamicLayer, DynamicSlidingWindowLayer, StaticLayer)
 
 
 def family_name(target) -> str:
@@ -111,11 +112,8 @@ class TargetCache:
 
     def __init__(self, target):
         check_rollback(target)
-        self.cache = DynamicCache(config=target.config)
+        self.cache = self.new_cache(target)
         self.attention = [layer for layer in self.cache.layers if isinstance(layer, ATTENTION_LAYERS)]
-        for layer in self.attention:
-            if isinstance(layer, DynamicSlidingWindowLayer):
-                layer.activate_past_recording()
         decoders = decoder_layers(target)
         self.linear = [(layer, mixer_of(decoders[i])) for i, layer in enumerate(self.cache.layers)
                        if isinstance(layer, LinearAttentionLayer)]
@@ -124,6 +122,13 @@ class TargetCache:
         self._verify_start = 0
         self._hooks = [mixer.register_forward_pre_hook(self._recorder(i), with_kwargs=True)
                        for i, (_, mixer) in enumerate(self.linear)]
+
+    def new_cache(self, target) -> Cache:
+        cache = DynamicCache(config=target.config)
+        for layer in cache.layers:
+            if isinstance(layer, DynamicSlidingWindowLayer):
+                layer.activate_past_recording()
+        return cache
 
     def _recorder(self, index: int):
         def record(_module, args, kwargs):
@@ -152,14 +157,17 @@ class TargetCache:
     def commit(self, length: int) -> None:
         """Keep the first ``length`` positions: crop attention, put linear-attention states back."""
         remove = self.seq_length() - length
-        for layer in self.attention:
-            layer.crop(-remove)  # also when remove == 0: trims a sliding layer back to its window
+        self.keep_attention(length, remove)
         if self._snapshot is not None:
             kept = length - self._verify_start
             if remove > 0:
                 self._recompute_linear(kept)
             self._snapshot = None
             self._inputs.clear()
+
+    def keep_attention(self, length: int, remove: int) -> None:
+        for layer in self.attention:
+            layer.crop(-remove)  # also when remove == 0: trims a sliding layer back to its window
 
     @torch.no_grad()
     def _recompute_linear(self, kept: int) -> None:

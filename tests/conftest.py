@@ -3,6 +3,9 @@
 import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+# engines loaded through the command line (servers, e2e pages) answer eagerly: a background
+# compile in each would cost minutes of CPU; tests/test_compiled.py turns the compiled path on itself
+os.environ.setdefault("DFLASH_STUDIO_COMPILE", "0")
 
 try:
     import torch

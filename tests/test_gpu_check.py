@@ -4,7 +4,9 @@ size, the identical share and tokens/s (on a GPU the same script runs the Qwen3-
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,14 +28,20 @@ def load_check():
 SIZES = ["1", "2", "4", "8", "16"]
 
 
-@pytest.mark.slow
-def test_the_tiny_check_prints_one_json_line_with_sane_figures():
-    out = subprocess.run(["bash", "scripts/gpu_check.sh", "--tiny", "--prompts", "6"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=240)
+def run_check(*args: str, timeout: float) -> dict:
+    """The script as a user runs it, in this interpreter (PYTHON: not the .venv it would make)."""
+    env = {**os.environ, "PYTHON": sys.executable}
+    out = subprocess.run(["bash", "scripts/gpu_check.sh", "--tiny", *args], cwd=ROOT, capture_output=True, text=True,
+                         timeout=timeout, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [line for line in out.stdout.splitlines() if line.strip()]
     assert len(lines) == 1, out.stdout
-    result = json.loads(lines[0])
+    return json.loads(lines[0])
+
+
+@pytest.mark.slow
+def test_the_tiny_check_prints_one_json_line_with_sane_figures():
+    result = run_check("--prompts", "6", "--no-compile", timeout=240)
     assert result["device"] == "cpu" and result["dtype"] == "float32" and result["weights"] == "random"
     assert list(result["verify_ms"]) == SIZES and all(ms > 0 for ms in result["verify_ms"].values())
     assert list(result["draft_ms"]) == SIZES[1:] and all(ms > 0 for ms in result["draft_ms"].values())
@@ -48,6 +56,23 @@ def test_the_tiny_check_prints_one_json_line_with_sane_figures():
     assert 1.0 <= result["mean_acceptance_length"] <= result["block_size"] == 16
     assert result["draft_parameters"] > 0 and result["target_parameters"] > result["draft_parameters"]
     assert 0 < result["seconds"] < 120
+    assert result["compiled"] is None
+
+
+@pytest.mark.slow
+def test_the_tiny_check_compares_the_compiled_path_with_the_eager_one():
+    """What the GPU check reports about the compiled path (CUDA graphs there; inductor's CPU
+    kernels here): the same replies as the eager path, no recompile after warm-up, one graph per
+    compiled pass, tokens/s of both."""
+    result = run_check("--prompts", "2", "--max-new-tokens", "16", timeout=900)
+    compiled = result["compiled"]
+    assert compiled["ready"] is True and compiled["mode"] == "default", compiled
+    assert compiled["prompts"] == result["prompts"] == 2
+    assert compiled["identical_to_eager"] == 2 and compiled["identical"] == 2
+    assert compiled["recompiles_after_warm_up"] == 0
+    assert compiled["passes"] == 4  # verifies of 16, 4 and 1 token, a draft pass of 16
+    assert compiled["graphs"] <= compiled["passes"]  # no pass split by a graph break
+    assert compiled["plain_tokens_per_s"] > 0 and compiled["dflash_tokens_per_s"] > 0 and compiled["compile_s"] > 0
 
 
 def test_the_full_shape_is_the_published_qwen3_8b_draft_config():

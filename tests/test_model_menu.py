@@ -48,6 +48,18 @@ def test_the_header_names_the_pair_and_what_it_is_for_not_its_folder():
     ctx.engines.shutdown()
 
 
+@pytest.mark.parametrize("path", ["eager (compiling…)", "compiled"])
+def test_the_header_says_which_path_answers(path, monkeypatch):
+    """The local engine's info names the path that answers now; the header shows it after how
+    the pair runs (it changes from 'eager (compiling…)' to 'compiled' once the passes are built)."""
+    engine = FakeEngine(name="target")
+    monkeypatch.setattr(engine, "info", lambda: dict(FakeEngine.info(engine), path=path))
+    ctx = context_for([ModelChoice("mypair", "/m/mypair/target", "/m/mypair/draft")], {"mypair": engine})
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", m.model_status_html(ctx))).strip()
+    assert text == f"● mypair cpu · float32 · block 8 · {path}"
+    ctx.engines.shutdown()
+
+
 def test_a_session_stored_under_an_older_name_opens_answers_and_compares_on_the_pair_it_meant(shipped):
     ctx, engines = shipped
     assert ctx.engines.current_key == "tiny-coder"  # the default: the answering pair

@@ -129,7 +129,8 @@ def model_status_html(ctx: UIContext, page_key: str | None = None) -> str:
         except Exception:  # noqa: BLE001 - a description is optional
             pass
         detail = " · ".join(str(x) for x in (info.get("device"), info.get("dtype"),
-                                              f"block {engine.block_size}" if engine.speculative else "no draft") if x)
+                                              f"block {engine.block_size}" if engine.speculative else "no draft",
+                                              info.get("path")) if x)
         parts.append(f'<span class="ok">●</span> <b>{esc(loaded)}</b>{hint} <span class="detail">{sep}{esc(detail)}</span>')
     if status.error:
         parts.append(f'<span class="model-error">⚠ {esc(status.error)}</span>')

@@ -1,0 +1,196 @@
+"""The compiled path (engine/compiled.py): torch.compile of the verify and the draft pass on
+static caches gives plain greedy decoding's tokens, compiles each pass into one graph that never
+recompiles during replies, never makes a reply wait for the compile, and keeps answering eagerly
+when the compile fails. Compiling costs tens of seconds per family on a CPU, so two families run
+compiled here (full attention, and sliding windows); tests/test_static_backend.py runs the same
+backend eagerly on every family."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+import torch
+
+from engine import compiled as compiled_module
+from engine import decode as decode_module
+from engine.backends import EagerSession, StaticSession
+from engine.compiled import CompiledPath
+from engine.config import SamplingConfig
+from engine.decode import generate
+from engine.events import Cycle, Finished
+from tests.family_twins import family_twin
+from tests.test_families import NEW_TOKENS, PROMPT, oracle_propose, plain_greedy
+from tests.tiny_models import tiny_draft
+
+BLOCK = 4
+
+
+def run(target, draft, block, backend=None):
+    events = list(generate(target, draft, PROMPT, SamplingConfig(block_size=block, max_new_tokens=NEW_TOKENS),
+                           backend=backend))
+    assert isinstance(events[-1], Finished), events[-1]
+    return events
+
+
+def drafts_of(events):
+    return [cycle.draft_tokens for cycle in events if isinstance(cycle, Cycle)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["llama", "gemma3"])
+def test_the_compiled_path_equals_plain_and_eager_decoding(name, monkeypatch):
+    target = family_twin(name)
+    reference = plain_greedy(target, PROMPT, NEW_TOKENS)
+    draft = tiny_draft(target, block_size=BLOCK)
+    path = CompiledPath(target, draft, BLOCK, buckets=(64,)).start(max_length=64)
+    try:
+        assert path.wait(timeout=900), path.error
+        passes = {(kind, 64, width) for kind, width in path.widths(BLOCK)}
+        assert set(path.backend.passes) == passes
+        # at most one graph per pass, none split by a graph break (a pass whose graph another
+        # test's identical shapes compiled already takes it from dynamo's cache: no graph)
+        assert path.report.graphs <= len(passes)
+        for block in (1, BLOCK):
+            eager = run(target, draft, block)
+            compiled = run(target, draft, block, path)
+            assert list(compiled[-1].token_ids) == reference, (name, block)
+            assert drafts_of(compiled) == drafts_of(eager), (name, block)
+        monkeypatch.setattr(decode_module, "propose", oracle_propose(reference, target.config.vocab_size))
+        events = run(target, draft, BLOCK, path)
+        assert list(events[-1].token_ids) == reference
+        assert {cycle.accepted for cycle in events[1:-1]} == set(range(BLOCK))  # every rollback length
+        assert path.recompiles == 0
+        assert path.label == "compiled"
+    finally:
+        path.close()
+
+
+def test_the_first_reply_answers_eagerly_while_the_passes_compile(monkeypatch):
+    target = family_twin("qwen3")
+    reference = plain_greedy(target, PROMPT, NEW_TOKENS)
+    draft = tiny_draft(target, block_size=BLOCK)
+    release = threading.Event()
+    monkeypatch.setattr(CompiledPath, "_compile", lambda self, *item: release.wait(30))
+    path = CompiledPath(target, draft, BLOCK, buckets=(64,)).start(max_length=64)
+    sessions = []
+    opened = path.open
+    monkeypatch.setattr(path, "open", lambda *a: sessions.append(opened(*a)) or sessions[-1])
+    try:
+        assert path.label == "eager (compiling…)"
+        assert list(run(target, draft, BLOCK, path)[-1].token_ids) == reference
+        assert isinstance(sessions[-1], EagerSession) and path.state == "compiling"
+    finally:
+        release.set()
+        path.close()
+
+
+def test_a_failed_compile_is_logged_and_replies_stay_eager(monkeypatch, caplog):
+    target = family_twin("qwen3")
+    reference = plain_greedy(target, PROMPT, NEW_TOKENS)
+    draft = tiny_draft(target, block_size=BLOCK)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("inductor is missing a compiler")
+
+    monkeypatch.setattr(compiled_module.torch, "compile", broken)
+    with caplog.at_level(logging.ERROR, logger="engine.compiled"):
+        path = CompiledPath(target, draft, BLOCK, buckets=(64,)).start(max_length=64)
+        assert not path.wait(timeout=60)
+    assert path.state == "failed" and "inductor is missing a compiler" in path.error
+    assert any(record.exc_info for record in caplog.records), "the traceback was not logged"
+    assert path.label == "eager"
+    assert list(run(target, draft, BLOCK, path)[-1].token_ids) == reference
+    path.close()
+
+
+def test_a_reply_on_ready_passes_runs_on_the_static_session_and_releases_it(monkeypatch):
+    """With every pass marked compiled (here: the eager functions stand in), a reply takes the
+    static session and gives the lock back when it ends, also when it ends early."""
+    target = family_twin("qwen3")
+    draft = tiny_draft(target, block_size=BLOCK)
+    reference = plain_greedy(target, PROMPT, NEW_TOKENS)
+    monkeypatch.setattr(compiled_module.torch, "compile", lambda fn, **kwargs: fn)
+    path = CompiledPath(target, draft, BLOCK, buckets=(64,)).start(max_length=64)
+    try:
+        assert path.wait(timeout=120), path.error
+        sessions = []
+        opened = path.open
+        monkeypatch.setattr(path, "open", lambda *a: sessions.append(opened(*a)) or sessions[-1])
+        assert list(run(target, draft, BLOCK, path)[-1].token_ids) == reference
+        assert isinstance(sessions[-1], StaticSession)
+        events = generate(target, draft, PROMPT, SamplingConfig(block_size=BLOCK, max_new_tokens=NEW_TOKENS),
+                          backend=path)
+        next(events), next(events)
+        events.close()  # a reply abandoned mid-way (a Stop, a closed connection)
+        assert list(run(target, draft, BLOCK, path)[-1].token_ids) == reference
+        assert isinstance(sessions[-1], StaticSession), "the abandoned reply kept the lock"
+    finally:
+        path.close()
+
+
+def test_a_linear_attention_target_stays_on_the_eager_path():
+    target = family_twin("qwen3_5")
+    path = CompiledPath(target, tiny_draft(target, block_size=BLOCK), BLOCK).start()
+    assert path.state == "unsupported" and path.label == "eager"
+    assert list(run(target, tiny_draft(target, block_size=BLOCK), BLOCK, path)[-1].token_ids) == \
+        plain_greedy(target, PROMPT, NEW_TOKENS)
+
+
+def test_the_copy_that_compiles_shares_the_weights_and_has_no_hooks():
+    from engine.weights import guard_logits
+
+    target = family_twin("llama")
+    guard_logits(target)
+    copy = compiled_module.weight_sharing_copy(target)
+    assert all(a is b for a, b in zip(target.parameters(), copy.parameters()))
+    assert not any(module._forward_hooks for module in copy.modules())
+    assert target.get_output_embeddings()._forward_hooks  # the loaded target keeps its guard
+    with torch.no_grad():
+        torch.testing.assert_close(copy(torch.tensor([PROMPT])).logits, target(torch.tensor([PROMPT])).logits)
+
+
+@pytest.mark.parametrize("argv, expected", [(["--compile"], True), (["--no-compile"], False), ([], False)])
+def test_compile_flags(argv, expected, monkeypatch):
+    """--compile / --no-compile; without either the default is on, unless the environment turns
+    it off (the test suite does, in conftest.py)."""
+    import argparse
+
+    from app.options import add_model_options, engine_config
+
+    parser = argparse.ArgumentParser()
+    add_model_options(parser)
+    assert engine_config(parser.parse_args(argv)).compile is expected
+    monkeypatch.delenv("DFLASH_STUDIO_COMPILE")
+    assert engine_config(parser.parse_args([])).compile is True
+
+
+def test_bench_times_every_plain_path_compiled_and_eager(tmp_path, monkeypatch):
+    """With the compiled path on, bench waits for the compile, runs transformers' generate() with
+    and without its compiled static cache, our block-1 loop and DFlash each compiled and eager,
+    checks that all of them give the same greedy tokens, and takes the speedup over the fastest
+    plain path (here torch.compile hands the functions back as they are: the bench's plumbing is
+    under test, not inductor)."""
+    from engine.bench import BenchPrompt, bench
+    from engine.config import EngineConfig
+    from engine.runtime import Engine
+    from tests.tiny_models import save_tiny_pair
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
+    target_dir, draft_dir, *_ = save_tiny_pair(tmp_path)
+    engine = Engine.load(EngineConfig(target=str(target_dir), draft=str(draft_dir), compile=True))
+    try:
+        prompts = [BenchPrompt("def add(a, b):", raw=True), BenchPrompt("Add two numbers.")]
+        result = bench(engine, prompts, SamplingConfig(max_new_tokens=12))
+    finally:
+        engine.close()
+    assert result["identical"] == 2  # all six paths agreed on both prompts
+    assert set(result["plain_paths"]) == {"transformers generate()", "transformers generate(), compiled static cache",
+                                          "dflash-studio block 1", "dflash-studio block 1, compiled"}
+    fastest = max(p["tokens_per_s"] for p in result["plain_paths"].values())
+    assert result["ar"]["tokens_per_s"] == fastest
+    assert result["speedup"] == round(result["dflash"]["tokens_per_s"] / fastest, 3)
+    assert result["compiled"]["state"] == "ready" and result["compiled"]["recompiles_after_warm_up"] == 0
+    assert result["dflash_eager"]["tokens"] == result["dflash"]["tokens"]
+    assert all(row["dflash_eager_tokens_per_s"] > 0 for row in result["per_prompt"])

@@ -38,8 +38,8 @@ def register(commands: argparse._SubParsersAction, database: argparse.ArgumentPa
 
 
 def share_reply(args: argparse.Namespace) -> int:
-    from ui.share import ShareError, load_share, replay_document
-    from ui.share_page import replay_html
+    from ui.share.replay import ShareError, load_share, replay_document
+    from ui.share.page import replay_html
 
     if args.output is None and args.gif is None:
         print("dflash-studio: error: say where to write the replay: -o FILE.html and/or --gif FILE.gif", file=sys.stderr)
@@ -62,7 +62,7 @@ def share_reply(args: argparse.Namespace) -> int:
         print(f"wrote the replay of reply {share.reply_number} ({len(share.cycles)} cycles) to {args.output}",
               file=sys.stderr)
     if args.gif is not None:
-        from ui.share_gif import replay_gif
+        from ui.share.gif import replay_gif
 
         data = replay_gif(replay_document(share))
         write_atomically(args.gif, lambda temporary: temporary.write_bytes(data))
@@ -86,8 +86,8 @@ def reply_pair(args: argparse.Namespace, message: dict) -> tuple[argparse.Namesp
 
 def race_now(args: argparse.Namespace, store: SessionStore, share) -> None:
     """Compare on the engine now (plain decoding, then DFlash) and keep the result with the reply."""
-    from ui.share import ShareError
-    from ui.teach_compare import compare_stored_reply, comparison_record
+    from ui.share.replay import ShareError
+    from ui.teach.compare import compare_stored_reply, comparison_record
 
     message = share.message
     messages = store.get_messages(message["session_id"])

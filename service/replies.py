@@ -4,7 +4,7 @@ the API alike.
 ``ReplyService`` holds the engine host, the store and the registry of running replies (their
 cancel flags). ``start`` queues a request on the ONE engine worker, where ``record_reply``
 encodes, checks, generates and saves it, and puts typed items (``service.items``) on the
-caller's queue as it goes: the page (``ui.generation``) draws them, the API (``app.api_runs``)
+caller's queue as it goes: the page (``ui.chat.generation``) draws them, the API (``app.api_runs``)
 serialises them. A reply is recorded the same way whoever asked for it: text, every cycle and
 the final stats, flushed at least once a second, and a reply cut short kept as 'interrupted'.
 

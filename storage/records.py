@@ -70,7 +70,7 @@ class Session(_Stored):
     created_at: str
     updated_at: str
     model: str
-    settings: dict  # the settings last used (block size, temperature, ...; see ui.handlers.SETTING_KEYS)
+    settings: dict  # the settings last used (block size, temperature, ...; see ui.chat.handlers.SETTING_KEYS)
     message_count: int
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from engine.config import FallbackConfig, SamplingConfig
 from engine.events import Cycle, Finished, Started, event_to_dict
 from tests.fake_engine import DEFAULT_TEXT, FakeEngine, FakeReply
-from ui.teach_compare import compare_stored_reply, comparison_record
+from ui.teach.compare import compare_stored_reply, comparison_record
 
 
 def store_fake_reply(store, *, title: str = "Fibonacci", model: str = "fake-coder", prompt: str = "write fib",

@@ -402,7 +402,7 @@ def test_with_a_login_on_the_page_the_api_needs_its_own_key():
 
 
 def test_the_sessions_panel_refreshes_itself_for_api_requests(served, client):
-    from ui import handlers as h
+    from ui.chat import handlers as h
 
     studio, engine, _ = served
     seen = h.live_refresh(studio.ctx, None, "", None, page="a-page-id")["live_seen"]  # the first look draws the list

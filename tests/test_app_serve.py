@@ -16,7 +16,7 @@ from engine.catalog import PUBLISHED_PAIRS
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
 from tests.fake_engine import FakeEngine, fake_studio
-from ui import handlers as h
+from ui.chat import handlers as h
 
 SETTINGS = Settings(block_size=8, temperature=0.0, top_p=1.0, max_new_tokens=256, fallback=True, show_rejected=True)
 

@@ -224,7 +224,7 @@ def test_bench_repeat_runs_every_path_n_times_and_keeps_the_fastest(pair, monkey
 
 
 def test_generate_refuses_a_bad_request_when_called_before_any_event(pair):
-    """The Engine interface promise callers rely on (ui.generation checks nothing itself)."""
+    """The Engine interface promise callers rely on (ui.chat.generation checks nothing itself)."""
     from engine.errors import InvalidRequestError
 
     engine = engine_for(*pair[:2])

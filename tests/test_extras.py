@@ -87,7 +87,7 @@ def test_training_says_so_before_it_starts(monkeypatch):
 
 
 def test_the_png_export_without_kaleido_says_what_to_install(monkeypatch, tmp_path):
-    from ui.analytics import ChartExportError, write_png_charts
+    from ui.teach.analytics import ChartExportError, write_png_charts
 
     monkeypatch.setitem(sys.modules, "kaleido", None)
     with pytest.raises(ChartExportError, match="need kaleido"):

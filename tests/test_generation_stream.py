@@ -1,4 +1,4 @@
-"""``ui.generation.stream_reply`` when the engine worker never runs the request: the page's stream
+"""``ui.chat.generation.stream_reply`` when the engine worker never runs the request: the page's stream
 must end with the reason instead of waiting for the engine forever."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from engine.config import FallbackConfig, SamplingConfig
-from ui.generation import GenerationRequest, stream_reply
+from ui.chat.generation import GenerationRequest, stream_reply
 
 
 def request_on(model: str) -> GenerationRequest:

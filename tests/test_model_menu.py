@@ -14,9 +14,9 @@ from app.wiring import ModelChoice, available_models, build_context
 from service.settings import Settings
 from storage import SessionStore
 from tests.fake_engine import FakeEngine
-from ui import handlers as h
-from ui import models as m
-from ui import teach
+from ui.chat import handlers as h
+from ui.chat import models as m
+from ui.teach import tab as teach
 
 SETTINGS = Settings(block_size=8, temperature=0.0, top_p=1.0, max_new_tokens=64, fallback=False, show_rejected=True)
 

@@ -247,8 +247,8 @@ def test_sink_weights_without_a_sink_config_are_refused(pair, tmp_path):
 # ----------------------------------------------------------------------------- the same words in the page and the API
 def test_the_page_says_the_context_window_is_full_live_and_after_a_reload():
     from engine.events import Finished, event_to_dict
-    from ui.render import assistant_markdown
-    from ui.trace import ReplyTrace
+    from ui.chat.render import assistant_markdown
+    from ui.chat.trace import ReplyTrace
 
     store = SessionStore()
     session = store.create_session("s")
@@ -300,7 +300,7 @@ def test_the_api_refuses_an_empty_prompt_with_the_shared_message():
 
 def test_session_analytics_number_replies_1_2_3_and_plot_them_in_order():
     from tests.storage_helpers import make_cycle
-    from ui.analytics import session_analytics, table_rows, tau_over_time_chart
+    from ui.teach.analytics import session_analytics, table_rows, tau_over_time_chart
 
     store = SessionStore()
     session = store.create_session("analytics")
@@ -321,7 +321,7 @@ def test_session_analytics_number_replies_1_2_3_and_plot_them_in_order():
 def test_every_stat_in_the_strip_says_what_it_means():
     import re
 
-    from ui.render import stats_html
+    from ui.chat.render import stats_html
 
     page = stats_html(None)
     cells = re.findall(r'data-stat="([^"]+)" title="([^"]*)"', page)
@@ -333,8 +333,8 @@ def test_every_stat_in_the_strip_says_what_it_means():
 def test_the_compare_table_has_no_empty_column():
     import re
 
-    from ui.teach_compare import Comparison, Run
-    from ui.teach_render import compare_html
+    from ui.teach.compare import Comparison, Run
+    from ui.teach.render import compare_html
 
     stored, plain = Run("stored reply", "ab", (1, 2), 10.0, cycles=1, mean_tau=2.0), Run("plain", "ab", (1, 2), 5.0, cycles=2)
     page = compare_html(Comparison(stored, plain, None, 0.0))

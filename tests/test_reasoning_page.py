@@ -19,11 +19,11 @@ from service.replies import GenerationRequest, ReplyService, record_reply
 from service.settings import Settings
 from storage import SessionStore
 from tests.chat_twins import ScriptedChatEngine
-from ui import handlers as h
-from ui.analytics import session_analytics, summary_csv
-from ui.reasoning_view import split_line
-from ui.render import assistant_markdown, render_token_view
-from ui.trace import ReplyTrace
+from ui.chat import handlers as h
+from ui.chat.reasoning_view import split_line
+from ui.chat.render import assistant_markdown, render_token_view
+from ui.chat.trace import ReplyTrace
+from ui.teach.analytics import session_analytics, summary_csv
 
 REPLY = ("<think>\nThe user wants a function. Let me plan it: add two numbers.\n</think>\n\n```python\n"
          "def add(a, b):\n    return a + b\n```\n<|im_end|>")

@@ -1,4 +1,4 @@
-"""The shared replay's builder (ui.share, ui.share_page, ui.share_gif) and `sessions share`:
+"""The shared replay's builder (ui.share.replay, ui.share.page, ui.share.gif) and `sessions share`:
 the page contract, exact final text, escaping, the Content-Security-Policy, the size bound, the
 race from a stored Compare, the GIF, and the command line (the browser checks: tests/e2e/test_share.py)."""
 
@@ -22,10 +22,10 @@ from storage import SessionStore
 from tests.fake_engine import DEFAULT_TEXT
 from tests.share_helpers import record_events, store_fake_reply
 from tests.xss_corpus import corpus
-from ui.share import ShareError, ShareReply, frame_tokens, load_share, replay_document
-from ui.share_gif import HOLD_MS, MAX_WIDTH, replay_gif
-from ui.share_page import PAGE_BUDGET, replay_html
-from ui.teach_steps import build_steps, reply_numbers
+from ui.share.gif import HOLD_MS, MAX_WIDTH, replay_gif
+from ui.share.page import PAGE_BUDGET, replay_html
+from ui.share.replay import ShareError, ShareReply, frame_tokens, load_share, replay_document
+from ui.teach.steps import build_steps, reply_numbers
 
 EVIL = '</script><script>window.__xss=1</script><img src=x onerror=alert(1)> & "quotes" \u2028 <!-- -->'
 
@@ -330,7 +330,7 @@ def test_the_teach_share_button_never_offers_a_half_written_page(store, tmp_path
     from pathlib import Path
     from types import SimpleNamespace
 
-    from ui.teach_share import share_file
+    from ui.share.buttons import share_file
 
     _, message_id = store_fake_reply(store)
     folder = tmp_path / "share"
@@ -351,7 +351,7 @@ def test_the_teach_share_button_never_offers_a_half_written_page(store, tmp_path
 
 
 def test_the_gif_counts_tokens_and_passes_in_words_that_agree(store):
-    from ui.share_gif import frame_figures
+    from ui.share.gif import frame_figures
 
     session_id, reply_id = store_fake_reply(store)
     frames = replay_document(load_share(store, session_id))["frames"]

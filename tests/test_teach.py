@@ -15,12 +15,12 @@ import pytest
 from service.settings import Settings
 from tests.fake_engine import FakeEngine, FakeReply, fake_studio
 from tests.needs import missing
-from ui import analytics as an
-from ui import handlers as h
-from ui import teach
-from ui.teach_compare import Comparison, Run, stored_run, why_different
-from ui.teach_render import compare_html, step_html
-from ui.teach_steps import build_steps, caption, first_text, reply_numbers, reply_prompt
+from ui.chat import handlers as h
+from ui.teach import analytics as an
+from ui.teach import tab as teach
+from ui.teach.compare import Comparison, Run, stored_run, why_different
+from ui.teach.render import compare_html, step_html
+from ui.teach.steps import build_steps, caption, first_text, reply_numbers, reply_prompt
 
 SETTINGS = Settings(block_size=8, temperature=0.0, top_p=1.0, max_new_tokens=256, fallback=True, show_rejected=True)
 CODE_REPLY = "```python\ndef add(a, b):\n    return a + b\n\n\nclass Stack:\n    def push(self, x):\n        self.items.append(x)\n```\n"
@@ -288,7 +288,7 @@ def test_the_plain_run_of_a_real_engine_matches_greedy_dflash(tmp_path):
     from engine.runtime import Engine
     from storage import SessionStore
     from tests.tiny_models import save_tiny_pair
-    from ui.teach_compare import run_comparison
+    from ui.teach.compare import run_comparison
 
     target_dir, draft_dir, *_ = save_tiny_pair(tmp_path / "pair", block_size=4)
     engine = Engine.load(EngineConfig(target=str(target_dir), draft=str(draft_dir), device="cpu"))
@@ -522,7 +522,7 @@ def test_reply_prompt_leaves_out_the_turns_another_model_answered():
 
 def test_replies_are_numbered_1_2_in_the_menu_the_analytics_the_share_page_and_the_cli(ctx, engine, capsys):
     from app.cli import main as cli
-    from ui.share import load_share
+    from ui.share.replay import load_share
 
     session_id, _ = chat(ctx, engine, "first request")
     chat(ctx, engine, "second request", session_id=session_id)

@@ -3,8 +3,8 @@ from accepted drafts, on hand-worked replies."""
 
 from __future__ import annotations
 
-from ui.analytics import code_mask
-from ui.token_classes import CLASSES, char_classes, piece_class, reply_token_classes
+from ui.teach.analytics import code_mask
+from ui.teach.token_classes import CLASSES, char_classes, piece_class, reply_token_classes
 
 
 def classes_of(text, mode="complete"):

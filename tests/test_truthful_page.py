@@ -17,7 +17,7 @@ from engine.errors import CheckpointError
 from service.settings import Settings
 from storage import SessionStore
 from tests.fake_engine import FakeReply
-from ui import handlers as h
+from ui.chat import handlers as h
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = Settings(block_size=8, temperature=0.0, top_p=1.0, max_new_tokens=256, fallback=True, show_rejected=False)
@@ -83,8 +83,8 @@ def test_sessions_with_the_same_title_are_told_apart(ctx):
 
 
 def test_analytics_counts_and_regions_in_words(ctx, engine):
-    from ui import analytics as an
-    from ui.teach import analytics_summary_html
+    from ui.teach import analytics as an
+    from ui.teach.tab import analytics_summary_html
 
     engine.enqueue(FakeReply("def add(a, b):\n    return a + b\n", accept=(3, 2, 4)))
     sent = h.submit_prompt(ctx, None, "write add()", SETTINGS)
@@ -142,7 +142,7 @@ def stored_cycles(blocks: list[int], accepted: list[int], steps: dict[int, float
 
 
 def trace_of(cycles: list[dict]):
-    from ui.trace import ReplyTrace
+    from ui.chat.trace import ReplyTrace
 
     return ReplyTrace.from_stored("y" + "x" * sum(c["tau"] for c in cycles), cycles)
 
@@ -158,7 +158,7 @@ def test_speculation_never_pays_at_or_below_even_nor_at_block_one():
 
 
 def test_the_stats_say_when_fallback_changed_the_block_size():
-    from ui.render import stats_html
+    from ui.chat.render import stats_html
 
     changed = trace_of(stored_cycles([8] * 5 + [4] * 12, [6] * 5 + [1] * 12, {8: 2.0, 4: 1.5}))
     html = stats_html(changed)
@@ -177,7 +177,7 @@ def test_the_stats_say_when_fallback_changed_the_block_size():
 
 
 def run_of(label: str, prefill_ms: float, cycle_ms: float, taus: list[int], tokens_per_s: float):
-    from ui.teach_compare import Run
+    from ui.teach.compare import Run
 
     run = Run(label, tokens_per_s=tokens_per_s, prefill_ms=prefill_ms, cycles=len(taus))
     elapsed, tokens = prefill_ms, 1
@@ -189,8 +189,8 @@ def run_of(label: str, prefill_ms: float, cycle_ms: float, taus: list[int], toke
 
 
 def test_compare_says_why_its_measurement_differs_from_the_estimate():
-    from ui.teach_compare import Comparison
-    from ui.teach_render import compare_html
+    from ui.teach.compare import Comparison
+    from ui.teach.render import compare_html
 
     plain = run_of("plain decoding", 10.0, 10.0, [1] * 60, 100.0)
     slow = run_of("DFlash (re-run now)", 10.0, 70.0, [5] * 12, 74.0)  # a cycle cost 7 plain steps now
@@ -207,8 +207,8 @@ def test_compare_says_why_its_measurement_differs_from_the_estimate():
 def test_compare_without_a_measurable_cycle_time_shows_the_runs_without_a_story():
     """A DFlash run whose cycles all carry the same timestamp (timings too coarse to tell them
     apart) has no cycle cost to compare with the estimate: no story, and no crash."""
-    from ui.teach_compare import Comparison
-    from ui.teach_render import compare_html
+    from ui.teach.compare import Comparison
+    from ui.teach.render import compare_html
 
     plain = run_of("plain decoding", 10.0, 10.0, [1] * 60, 100.0)
     instant = run_of("DFlash (re-run now)", 10.0, 0.0, [5] * 12, 176.0)
@@ -221,8 +221,8 @@ def test_compare_without_a_measurable_cycle_time_shows_the_runs_without_a_story(
 
 
 def test_fallback_labels_on_the_cycle_chart_keep_apart():
-    from ui import charts
-    from ui.trace import ReplyTrace
+    from ui.chat import charts
+    from ui.chat.trace import ReplyTrace
 
     trace = ReplyTrace()
     for i in range(1, 121):  # a change every third cycle over a long reply
@@ -238,8 +238,8 @@ def test_fallback_labels_on_the_cycle_chart_keep_apart():
 
 
 def test_a_reply_of_no_tokens_says_why_its_figures_are_empty():
-    from ui.render import stats_html
-    from ui.trace import ReplyTrace
+    from ui.chat.render import stats_html
+    from ui.chat.trace import ReplyTrace
 
     empty = ReplyTrace()
     empty.finished = {"reason": "stop", "new_tokens": 0, "tokens_per_s": None}
@@ -248,8 +248,8 @@ def test_a_reply_of_no_tokens_says_why_its_figures_are_empty():
 
 
 def test_a_rejected_draft_never_breaks_the_line_it_sits_above():
-    from ui.render import render_token_view
-    from ui.trace import ReplyTrace
+    from ui.chat.render import render_token_view
+    from ui.chat.trace import ReplyTrace
 
     trace = ReplyTrace()
     trace.start("def", 4)

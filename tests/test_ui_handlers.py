@@ -14,7 +14,7 @@ import pytest
 
 from service.settings import Settings
 from tests.fake_engine import FakeEngine, FakeReply, fake_studio
-from ui import handlers as h
+from ui.chat import handlers as h
 
 SETTINGS = Settings(block_size=8, temperature=0.0, top_p=1.0, max_new_tokens=256, fallback=True, show_rejected=True)
 

@@ -9,9 +9,9 @@ import re
 from engine.config import FallbackConfig, SamplingConfig
 from engine.events import Cycle, Finished, Started, event_to_dict
 from tests.fake_engine import FakeEngine, FakeReply
-from ui import charts
-from ui.render import assistant_markdown, chat_markdown, esc, render_token_view, stats_html, syntax_classes, user_markdown
-from ui.trace import ReplyTrace
+from ui.chat import charts
+from ui.chat.render import assistant_markdown, chat_markdown, esc, render_token_view, stats_html, syntax_classes, user_markdown
+from ui.chat.trace import ReplyTrace
 
 XSS = "<img src=x onerror=alert(1)>"
 
@@ -151,7 +151,7 @@ def test_charts_are_plotly_figures_with_block_size_and_annotations():
 
 
 def test_fenced_blocks_pair_fences_by_marker_and_run_an_open_block_to_the_end():
-    from ui.render import fenced_blocks
+    from ui.chat.render import fenced_blocks
 
     text = "intro\n```python\nx = 1\n~~~\ny = 2\n```\nprose\n~~~\nstill streaming"
     first, second = fenced_blocks(text)
@@ -192,8 +192,8 @@ def test_speed_estimate_is_tau_over_the_measured_cycle_cost_and_says_why():
 def test_bare_code_with_a_prose_docstring_is_one_code_block_in_chat_teach_and_analytics():
     """A bare-code reply whose docstring is a long sentence once rendered its def line and
     docstring as prose (indentation lost) and the rest as a code block."""
-    from ui.analytics import reply_kind
-    from ui.render import bare_code
+    from ui.teach.analytics import reply_kind
+    from ui.chat.render import bare_code
 
     reply = ('def reverse_string(text):\n    """Return the string that you get when you read the given text\n'
              '    from its last character back to its first one, which is what reversing means.\n'
@@ -216,8 +216,8 @@ def test_a_nul_in_model_text_stays_visible_on_the_page_and_in_a_shared_replay():
     is: the page and the replay file (one escaping helper) show it as U+FFFD."""
     from storage import SessionStore
     from tests.share_helpers import store_fake_reply
-    from ui.share import load_share
-    from ui.share_page import replay_html
+    from ui.share.replay import load_share
+    from ui.share.page import replay_html
 
     assert esc("a\x00<b>") == "a\ufffd&lt;b&gt;"
     with SessionStore(":memory:") as store:

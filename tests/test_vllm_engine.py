@@ -133,7 +133,7 @@ def test_bench_and_compare_measure_plain_decoding_on_a_second_vllm_server(vllm_e
     local engine; plain and DFlash) gives the same greedy tokens."""
     from engine.bench import BenchPrompt
     from engine.vllm.bench import bench_vllm
-    from ui.teach_compare import run_comparison
+    from ui.teach.compare import run_comparison
 
     prompts = [BenchPrompt(p, raw, f"p{i}") for i, (p, raw) in enumerate(PROMPTS[:2])]
     summary = bench_vllm(vllm_engine, prompts, SamplingConfig(max_new_tokens=24), local=local_engine)

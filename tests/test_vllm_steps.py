@@ -102,8 +102,8 @@ def test_engine_options_become_a_vllm_config_and_a_catalog():
 
 def test_a_stored_vllm_reply_says_what_vllm_does_not_report():
     from engine.events import event_to_dict
-    from ui.render import render_token_view
-    from ui.trace import ReplyTrace
+    from ui.chat.render import render_token_view
+    from ui.chat.trace import ReplyTrace
 
     cycles = [event_to_dict(steps.make_cycle(1, [5, 6, 7], ["a", "b", "c"], 2, 8, anchor=4, anchor_position=10,
                                              elapsed_ms=3.0))]

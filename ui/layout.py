@@ -16,12 +16,12 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from . import handlers as h
+from .chat import handlers as h
+from .chat.render import render_token_view, stats_html, syntax_css
+from .chat.thinking import thinking_control
 from .context import UIContext
 from .named import Outputs, checked, components_of
-from .render import render_token_view, stats_html, syntax_css
-from .teach import build_teach_tab
-from .thinking import thinking_control
+from .teach.tab import build_teach_tab
 
 HERE = Path(__file__).resolve().parent
 BROWSER_KEY = "dflash-studio-session"

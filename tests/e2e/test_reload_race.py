@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-import ui.handlers as h
+import ui.chat.handlers as h
 from tests.fake_engine import FakeEngine, fake_studio
 
 from .conftest import launch, opened_page

@@ -14,8 +14,8 @@ from storage import SessionStore
 from tests.fake_engine import DEFAULT_TEXT
 from tests.share_helpers import store_fake_reply
 from tests.xss_corpus import chunks, corpus
-from ui.share import load_share
-from ui.share_page import replay_html
+from ui.share.replay import load_share
+from ui.share.page import replay_html
 
 from .conftest import VIEWPORT
 

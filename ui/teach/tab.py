@@ -24,19 +24,19 @@ import gradio as gr
 from engine.interface import capabilities_of
 from storage.records import number_replies, stored_model
 
+from ..chat import charts
+from ..chat.models import reply_model
+from ..chat.reasoning_view import analytics_parts_html
+from ..chat.render import esc
+from ..chat.trace import ReplyTrace, engine_note
+from ..context import STORE_ERRORS, UIContext
+from ..named import Outputs, checked, refused
+from ..share.buttons import build_share_controls, wire_share
 from . import analytics as an
-from . import charts
-from .context import STORE_ERRORS, UIContext
-from .models import reply_model
-from .named import Outputs, checked, refused
-from .reasoning_view import analytics_parts_html
-from .render import esc
-from .teach_compare import (Comparison, comparison_record, rerun_settings, run_comparison,
-                            sampling_from_settings, stored_run)
-from .teach_render import TEACH_CSS, compare_html, explainer_html, step_html
-from .teach_share import build_share_controls, wire_share
-from .teach_steps import TeachStep, build_steps, reply_numbers, reply_prompt
-from .trace import ReplyTrace, engine_note
+from .compare import (Comparison, comparison_record, rerun_settings, run_comparison,
+                      sampling_from_settings, stored_run)
+from .render import TEACH_CSS, compare_html, explainer_html, step_html
+from .steps import TeachStep, build_steps, reply_numbers, reply_prompt
 
 SPEEDS = (0.25, 4.0)  # cycles per second
 PLAY, PAUSE = "▶ Play", "❚❚ Pause"

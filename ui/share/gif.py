@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageDraw, ImageFont
 
-from .teach_render import VERDICT_MARK
-from .teach_steps import show_token
+from ..teach.render import VERDICT_MARK
+from ..teach.steps import show_token
 
 MAX_WIDTH = 1280
 MAX_BYTES = 8 * 1024 * 1024

@@ -20,7 +20,7 @@ import gradio as gr
 
 from storage.records import stored_model
 
-from .context import UIContext
+from ..context import UIContext
 from .render import esc
 
 

@@ -13,10 +13,10 @@ import gradio as gr
 
 from engine.files import write_atomically, write_text_atomically
 
-from .context import STORE_ERRORS, UIContext
-from .share import ShareError, load_share, replay_document
-from .share_gif import replay_gif
-from .share_page import replay_html
+from ..context import STORE_ERRORS, UIContext
+from .gif import replay_gif
+from .page import replay_html
+from .replay import ShareError, load_share, replay_document
 
 SHARE_LABEL = "⤓ Share this replay (HTML)"
 GIF_LABEL = "⤓ Download the GIF"

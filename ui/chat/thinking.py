@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from .context import STORE_ERRORS, UIContext
+from ..context import STORE_ERRORS, UIContext
 
 
 def _format(ctx: UIContext):

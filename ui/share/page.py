@@ -29,7 +29,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
-from .share import ShareReply, replay_document
+from .replay import ShareReply, replay_document
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 PAGE_BUDGET = 950_000  # bytes: the draft's top-3 per slot are left out of a page that would be larger

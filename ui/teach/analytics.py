@@ -4,7 +4,7 @@ and exports (CSV for the figures, PNG for the charts).
 
 Computed in Python from ``SessionStore.get_messages`` and ``session_cycle_series`` (block size,
 accepted and τ per cycle), so that the numbers can be checked against SQL in the tests. Each chart
-is defined once, as a Plotly figure dict like every chart of the app (``ui.charts``): plotly.js
+is defined once, as a Plotly figure dict like every chart of the app (``ui.chat.charts``): plotly.js
 draws it in the page, and the export writes the same figure to PNG the way Plotly does, with
 kaleido driving a local Chrome or Chromium (offline; about 9 s for the four charts on a busy
 2-core CPU, one browser start for all of them).
@@ -21,9 +21,9 @@ from pathlib import Path
 from engine.acceptance import AcceptanceCounts
 from storage.records import number_replies
 
-from . import charts
-from .render import bare_code, code_share, fenced_blocks, looks_like_code_line
-from .teach_steps import first_text
+from ..chat import charts
+from ..chat.render import bare_code, code_share, fenced_blocks, looks_like_code_line
+from .steps import first_text
 from .token_classes import CLASSES, LABELS, ClassCounts, reply_token_classes
 
 KINDS = ("code", "prose")

@@ -19,7 +19,7 @@ from engine.interface import capabilities_of
 from service.items import Done, EventItem, Refused, ReplyError, ReplyItem, Saved
 from service.replies import GenerationRequest
 
-from .context import UIContext
+from ..context import UIContext
 from .trace import ReplyTrace
 
 __all__ = ["GenerationRequest", "PageReply", "ReplyUpdate", "stream_reply"]  # GenerationRequest: what handlers build

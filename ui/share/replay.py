@@ -1,5 +1,5 @@
-"""Share a reply's decoding: what a self-contained replay page (``share_page``) and an animated
-GIF (``share_gif``) play, read from the store and built with Teach's own steps and captions.
+"""Share a reply's decoding: what a self-contained replay page (``ui.share.page``) and an
+animated GIF (``ui.share.gif``) play, read from the store and built with Teach's own steps and captions.
 
 ``load_share(store, session_id, reply=None)`` reads one reply (default: the session's last one)
 with its cycles, the prompt it answered and, when Compare ran on it, the stored comparison;
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from engine.fallback import VERIFY_STEPS_PRIOR
 from storage.records import number_replies
 
-from .context import STORE_ERRORS
-from .teach_compare import Comparison, comparison_from_record, stored_run, why_different
-from .teach_steps import TeachStep, build_steps, caption, first_text
-from .trace import ReplyTrace, engine_note
+from ..chat.trace import ReplyTrace, engine_note
+from ..context import STORE_ERRORS
+from ..teach.compare import Comparison, comparison_from_record, stored_run, why_different
+from ..teach.steps import TeachStep, build_steps, caption, first_text
 
 PROMPT_CHARS = 4000  # the prompt is context for the viewer; a long one is cut (the reply never is)
 

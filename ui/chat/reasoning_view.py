@@ -3,8 +3,8 @@ chat and in the token view), never part of the code block or the code colouring,
 draft acceptance split between reasoning and answer.
 
 The token view's block holds the reasoning tokens coloured by origin like every other token
-(``ui.render`` draws them with no syntax classes); the chat's block is the plain text, which
-comes here escaped (``ui.render.esc``).
+(``ui.chat.render`` draws them with no syntax classes); the chat's block is the plain text, which
+comes here escaped (``ui.chat.render.esc``).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from itertools import groupby
 
 from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, String, Text, Whitespace
 
-from .render import FENCE, lex_into
-from .teach_steps import first_text
+from ..chat.render import FENCE, lex_into
+from .steps import first_text
 
 CLASSES = ("whitespace", "keyword", "name", "operator", "string", "number", "comment", "prose")
 LABELS = {"whitespace": "indentation & newlines", "keyword": "keywords", "name": "names",

@@ -9,10 +9,10 @@ the only markup is our own. Element ids inside ``#teach-step``: ``teach-caption`
 
 from __future__ import annotations
 
-from .render import esc
-from .speed import compare_story
-from .teach_compare import Comparison, Run, why_different
-from .teach_steps import ReplyNumbers, TeachStep, caption, show_token
+from ..chat.render import esc
+from ..chat.speed import compare_story
+from .compare import Comparison, Run, why_different
+from .steps import ReplyNumbers, TeachStep, caption, show_token
 
 CONTEXT_CHARS = 320
 TEXT_CHARS = 2400

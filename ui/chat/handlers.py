@@ -29,10 +29,10 @@ from storage.records import stored_model
 from storage.transfer import parse_export
 
 from . import charts
-from .context import STORE_ERRORS, UIContext
+from ..context import STORE_ERRORS, UIContext
 from .generation import GenerationRequest, PageReply, stream_reply
 from .models import model_status_html, model_view, prompt_for_model, reply_notices, session_model
-from .named import refused
+from ..named import refused
 from .render import assistant_markdown, esc, render_token_view, stats_html, user_markdown
 from .thinking import save_thinking, thinking_setting
 from .trace import ReplyTrace
@@ -155,7 +155,7 @@ def change_settings(ctx: UIContext, session_id: int | None, block_size, temperat
 
 def change_thinking(ctx: UIContext, session_id: int | None, thinking, current: Settings | None) -> dict:
     """The user switched a reasoning model's thinking: the page's ``Settings`` take it, and the
-    session keeps it (``ui.thinking.save_thinking``: its other stored settings stay as they are)."""
+    session keeps it (``ui.chat.thinking.save_thinking``: its other stored settings stay as they are)."""
     if not isinstance(current, Settings):  # a Gradio API caller's State holds what it was given
         raise refused("Invalid settings: set them first (the settings controls).")
     save_thinking(ctx, session_id, thinking)
@@ -713,7 +713,7 @@ def _generation_request(ctx: UIContext, session_id: int, prompt, kind: str, sett
                         sampling: SamplingConfig, fallback: FallbackConfig) -> GenerationRequest:
     """The request for the service; a sampled reply gets a stored seed, so that it can be
     replayed (Teach's comparison). A reasoning model's thinking on/off goes with it as the
-    model can take it (``ui.thinking``), read back when the service renders the prompt."""
+    model can take it (``ui.chat.thinking``), read back when the service renders the prompt."""
     stored = {**settings.with_thinking(None).as_dict(), "model": model, **thinking_setting(ctx, settings.thinking)}
     if sampling.temperature > 0:
         stored["seed"] = secrets.randbelow(2**31)

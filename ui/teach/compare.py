@@ -15,7 +15,7 @@ from engine.config import FallbackConfig, SamplingConfig
 from engine.events import Cycle, Failed, Finished, Started
 from engine.interface import capabilities_of
 
-from .teach_steps import first_text, reply_prompt
+from .steps import first_text, reply_prompt
 
 DEFAULT_SEED = 0  # stored replies carry no seed; at T > 0 both runs of a comparison use this one
 

@@ -4,7 +4,7 @@ from the store's cycle dicts (``SessionStore.get_cycles``) and the reply's text.
 A step says what the draft saw (``[anchor, MASK, …]``), what it proposed per slot (its top-3
 with probabilities), the target's verdict per slot, the bonus token, the text before and after,
 the cache bookkeeping and a plain-language caption. No gradio, no torch: the renderer
-(``teach_render``) and the tests read only these values.
+(``ui.teach.render``) and the tests read only these values.
 """
 
 from __future__ import annotations

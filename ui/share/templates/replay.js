@@ -1,4 +1,4 @@
-// The replay page's script (ui/share_page.py puts it inline and allows it by its hash). It draws
+// The replay page's script (ui/share/page.py puts it inline and allows it by its hash). It draws
 // every piece of text with textContent, never as markup.
 (function () {
   "use strict";

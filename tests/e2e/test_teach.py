@@ -178,7 +178,8 @@ def test_after_complete_the_teach_tab_shows_no_panel_of_another_tab(page, fake_a
     so Complete's (empty) panel must not sit under it; back on Chat they show again."""
     page.click("#complete-tab-button")
     page.wait_for_selector("#token-view", state="visible")
-    open_teach(page)
+    page.click("#teach-button")  # the tab itself: a page with no reply yet draws no slots
+    page.wait_for_selector("#teach", state="visible")
     page.wait_for_selector("#reply-figures", state="hidden")
     assert not page.is_visible("#token-view") and not page.is_visible("#stats")
     page.click("#complete-tab-button")

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from training import followups
-from training.followups import EDITS, Function, edge_case_chats, followup_chats, named_chats
+from training.followups import Function, edge_case_chats, followup_chats, named_chats
 from training.request_data import PHRASINGS, phrase, task_requests, third_person
 from training.task_data import extra_tasks
 from training.task_families import Task, all_tasks

@@ -183,10 +183,6 @@ def spelled_name(task: Task, rng: random.Random) -> str:
     return name
 
 
-def user_turn(task: Task, rng: random.Random, render_request) -> str:
-    return render_request(task, rng)
-
-
 def followup_chats(tasks: list[Task], rng: random.Random, render_request, max_turns: int = 3) -> list[list[dict]]:
     """Conversations of 2-``max_turns`` user turns: a task's request and solution, then edits
     that fit it, each answered by the edited function (same name)."""

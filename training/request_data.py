@@ -347,6 +347,21 @@ DOCSTRING_SHARE = 1.0 - TASK_SHARE - RECORD_SHARE
 UNNAMED_DOCSTRING_SHARE = 0.2
 
 
+def split_streams(tokenizer, split: str, chat: list[str], raw: list[str], rng: random.Random) -> dict:
+    """One split's token streams: the training chat with its reply-only mask and example starts
+    (``tokenize_chat_examples``), the held-out chat as one stream, and the raw code, a share of it
+    tokenized as a prompt sent as written (``AS_WRITTEN_SHARE``)."""
+    out = {}
+    if split == "train":
+        examples = tokenize_chat_examples(tokenizer, chat)
+        out["chat_train"], out["chat_train_mask"], out["chat_train_starts"] = (
+            examples["ids"], examples["mask"], examples["starts"])
+    else:
+        out["chat_held"] = tokenize_stream(tokenizer, chat)
+    out[f"raw_{split}"] = tokenize_stream(tokenizer, raw, AS_WRITTEN_SHARE, rng)
+    return out
+
+
 def build_request_streams(tokenizer, corpus: Path | None, seed: int, log=print, invented: int = 0,
                           reword: float = 0.0) -> dict:
     """The streams `train target` samples from ({raw,chat}_{train,held}), for request -> code;
@@ -376,14 +391,7 @@ def build_request_streams(tokenizer, corpus: Path | None, seed: int, log=print, 
         rec_chat, rec_raw = records[split]
         chat = mix([(syn_chat, TASK_SHARE), (rec_chat, RECORD_SHARE), (doc_chat, DOCSTRING_SHARE)], rng)
         raw = mix([(syn_raw * 3 + rec_raw + doc_raw, 1.0 - STDLIB_RAW_SHARE), (raw_files, STDLIB_RAW_SHARE)], rng)
-        if split == "train":
-            examples = tokenize_chat_examples(tokenizer, chat)
-            streams["chat_train"] = examples["ids"]
-            streams["chat_train_mask"] = examples["mask"]
-            streams["chat_train_starts"] = examples["starts"]
-        else:
-            streams["chat_held"] = tokenize_stream(tokenizer, chat)
-        streams[f"raw_{split}"] = tokenize_stream(tokenizer, raw, AS_WRITTEN_SHARE, rng)
+        streams.update(split_streams(tokenizer, split, chat, raw, rng))
     log("request data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in streams.items() if "_train_" not in k)
         + f"; {len(synthetic['train'][1])} task solutions, {len(records['train'][1])} record tasks, "
         f"{len(doc_train[0])} docstring pairs")
@@ -472,14 +480,7 @@ def build_coder_streams(tokenizer, corpus: Path | None, seed: int, log=print) ->
                     (talks[split]["stated"], CODER_SHARES["stated"]), (rec_chat, CODER_SHARES["records"]),
                     (doc_chat, CODER_SHARES["docstrings"])], rng)
         raw = mix([(syn_raw * 3 + rec_raw + doc_raw, 1.0 - STDLIB_RAW_SHARE), (stdlib_raw[split], STDLIB_RAW_SHARE)], rng)
-        if split == "train":
-            examples = tokenize_chat_examples(tokenizer, chat)
-            streams["chat_train"] = examples["ids"]
-            streams["chat_train_mask"] = examples["mask"]
-            streams["chat_train_starts"] = examples["starts"]
-        else:
-            streams["chat_held"] = tokenize_stream(tokenizer, chat)
-        streams[f"raw_{split}"] = tokenize_stream(tokenizer, raw, AS_WRITTEN_SHARE, rng)
+        streams.update(split_streams(tokenizer, split, chat, raw, rng))
     log("coder data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in streams.items() if "_train_" not in k)
         + f"; {len(tasks)} tasks ({len(paraphrase_map)} with paraphrases), "
         f"{len(talks['train']['followups'])} follow-up chats, {len(talks['train']['stated'])} stated-case requests")

@@ -145,6 +145,20 @@ def test_feature_taps_read_the_outputs_of_the_chosen_layers(family):
     torch.testing.assert_close(tapped, expected, msg=lambda m: f"{name}: {m}")
 
 
+def sampling_setup(name: str, monkeypatch):
+    """(target twin, exact marginals of its first four tokens at T = 1, a block-3 draft) for the
+    chi-square test, with the draft's proposals drawn from a stand-in that disagrees with the
+    target (its logits doubled), on a twin whose sliding window (3) the context passes."""
+    from tests import test_engine_sampling as sampling_tests
+
+    window = {"sliding_window": 3} if "sliding_window" in FAMILIES[name][3] else {}
+    target = family_twin(name, vocab_size=sampling_tests.VOCAB, sharpness=40.0, **window)
+    marginals = sampling_tests.exact_marginals(target, 4, 1.0)
+    proposal_logits = torch.stack([m.clamp_min(1e-9).log() * 2.0 for m in marginals[1:]])
+    monkeypatch.setattr(decode_module, "propose", sampling_tests.stand_in_draft(target, proposal_logits, 1.0))
+    return target, marginals, tiny_draft(target, block_size=3)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_speculative_sampling_keeps_each_familys_distribution(name, monkeypatch):
@@ -153,12 +167,7 @@ def test_speculative_sampling_keeps_each_familys_distribution(name, monkeypatch)
     whose sliding window (3) the seven-token context passes."""
     from tests import test_engine_sampling as sampling_tests
 
-    window = {"sliding_window": 3} if "sliding_window" in FAMILIES[name][3] else {}
-    target = family_twin(name, vocab_size=sampling_tests.VOCAB, sharpness=40.0, **window)
-    marginals = sampling_tests.exact_marginals(target, 4, 1.0)
-    proposal_logits = torch.stack([m.clamp_min(1e-9).log() * 2.0 for m in marginals[1:]])
-    monkeypatch.setattr(decode_module, "propose", sampling_tests.stand_in_draft(target, proposal_logits, 1.0))
-    draft = tiny_draft(target, block_size=3)
+    target, marginals, draft = sampling_setup(name, monkeypatch)
     n = 400
     counts = [torch.zeros(sampling_tests.VOCAB) for _ in marginals]
     accepted = 0

@@ -14,7 +14,7 @@ from engine.config import SamplingConfig
 from engine.decode import generate
 from engine.events import Cycle, Finished
 from tests.family_twins import FAMILIES, family_twin
-from tests.test_families import NEW_TOKENS, PROMPT, oracle_propose, plain_greedy
+from tests.test_families import NEW_TOKENS, PROMPT, oracle_propose, plain_greedy, sampling_setup
 from tests.tiny_models import tiny_draft, tiny_target
 
 
@@ -121,14 +121,8 @@ def test_speculative_sampling_on_the_static_backend_keeps_the_distribution(name,
     samples: the chi-square test of tests/test_families.py, on this backend."""
     from engine.static_cache import StaticDraftCache
     from tests import test_engine_sampling as sampling_tests
-    from tests.family_twins import FAMILIES
 
-    window = {"sliding_window": 3} if "sliding_window" in FAMILIES[name][3] else {}
-    target = family_twin(name, vocab_size=sampling_tests.VOCAB, sharpness=40.0, **window)
-    marginals = sampling_tests.exact_marginals(target, 4, 1.0)
-    proposal_logits = torch.stack([m.clamp_min(1e-9).log() * 2.0 for m in marginals[1:]])
-    monkeypatch.setattr(decode_module, "propose", sampling_tests.stand_in_draft(target, proposal_logits, 1.0))
-    draft = tiny_draft(target, block_size=3)
+    target, marginals, draft = sampling_setup(name, monkeypatch)
     backend = StaticBackend(target, draft, buckets=(32,))
     n = 400
     counts = [torch.zeros(sampling_tests.VOCAB) for _ in marginals]

@@ -18,7 +18,7 @@ import gradio as gr
 
 from .chat import handlers as h
 from .chat.render import render_token_view, stats_html, syntax_css
-from .chat.thinking import thinking_control
+from .chat.thinking import thinking_args, thinking_control
 from .context import UIContext
 from .named import Outputs, checked, components_of
 from .teach.tab import build_teach_tab
@@ -164,7 +164,7 @@ def _settings_column(ctx: UIContext, c: SimpleNamespace) -> None:
             c.show_rejected = gr.Checkbox(value=defaults.show_rejected, label="Show rejected drafts",
                                           elem_id="show-rejected")
         c.thinking = gr.Checkbox(label="Thinking (reasoning models)", elem_id="thinking",
-                                 **thinking_control(ctx).constructor_args)
+                                 **thinking_args(ctx))
         c.defaults_note = gr.Markdown(h.defaults_note(ctx), elem_id="defaults-note")
         with gr.Row():
             c.save_defaults = gr.Button("Save as defaults", size="sm", elem_id="save-defaults")

@@ -17,10 +17,16 @@ def _format(ctx: UIContext):
 
 def thinking_control(ctx: UIContext, session_id: int | None = None) -> gr.Checkbox:
     """The checkbox for the loaded model and the session shown (its stored choice, else the default)."""
+    return gr.Checkbox(**thinking_args(ctx, session_id))
+
+
+def thinking_args(ctx: UIContext, session_id: int | None = None) -> dict:
+    """The checkbox's value, whether it can change, and its note, as keyword arguments: the layout
+    builds the checkbox from them (building a checkbox inside the page's layout would add one)."""
     fmt = _format(ctx)
     if fmt is None or not fmt.reasons:
         note = fmt.thinking_note() if fmt is not None else "this model has no thinking mode"
-        return gr.Checkbox(value=False, interactive=False, info=note)
+        return {"value": False, "interactive": False, "info": note}
     stored = None
     if session_id is not None and fmt.thinking_switch:
         try:
@@ -28,7 +34,7 @@ def thinking_control(ctx: UIContext, session_id: int | None = None) -> gr.Checkb
         except STORE_ERRORS:
             stored = None
     value = fmt.thinking_default if stored is None else bool(stored)
-    return gr.Checkbox(value=value, interactive=fmt.thinking_switch, info=fmt.thinking_note())
+    return {"value": value, "interactive": fmt.thinking_switch, "info": fmt.thinking_note()}
 
 
 def thinking_setting(ctx: UIContext, thinking) -> dict:

@@ -126,7 +126,9 @@ class ApiService:
                 "dflash": {"name": key, "purpose": choice.hint or None, "source": choice.note or None,
                            "loaded": loaded and engine is not None, "status": state,
                            "block_size": getattr(engine, "block_size", None),
-                           "speculative": getattr(engine, "speculative", None)}}
+                           "speculative": getattr(engine, "speculative", None),
+                           # which path answers (compiled / eager), compile seconds, recompiles after warm-up
+                           "decode_path": engine.path_info() if hasattr(engine, "path_info") else None}}
 
     def check_model(self, name: str | None) -> str:
         """The menu key a request's ``model`` names (None: the loaded one); 404 for no pair here."""

@@ -2,8 +2,9 @@
 # The long versions of the reliability tests, then a table of their figures (the README's
 # "Reliability" table comes from this). CI runs the same tests with small counts.
 #
-#   bash scripts/reliability.sh              # 200 kills, 60 s of load, 100 Stops, 200 fuzz cases per endpoint
-#   KILLS=20 LOAD_S=10 STOPS=20 FUZZ=30 bash scripts/reliability.sh   # a quicker pass
+#   bash scripts/reliability.sh              # 200 kills, 60 s of load, 100 Stops, 200 fuzz cases per endpoint,
+#                                            # and 30 minutes of four streams on the compiled tiny coder
+#   KILLS=20 LOAD_S=10 STOPS=20 FUZZ=30 SOAK_S=120 bash scripts/reliability.sh   # a quicker pass
 #   ONLY="fuzz load" FIGURES=runs/figures.jsonl bash scripts/reliability.sh
 #       # some groups only, their figures appended to FIGURES (kept), and the table from all of it:
 #       # the long groups can run on different days and still make one table
@@ -18,6 +19,8 @@ ensure_venv test || exit 1  # its python3 first on PATH from here on
 KILLS=${KILLS:-200}
 LOAD_S=${LOAD_S:-60}
 STOPS=${STOPS:-100}
+SOAK_S=${SOAK_S:-1800}
+SOAK_PAIR=${SOAK_PAIR:-embedded}  # the shipped tiny coder; 'tiny' is CI's random pair
 FUZZ=${FUZZ:-200}
 ONLY=${ONLY:-}
 if [ -n "${FIGURES:-}" ]; then
@@ -28,6 +31,7 @@ else
 fi
 export GRADIO_ANALYTICS_ENABLED=False PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" DFLASH_FIGURES="$figures"
 export DFLASH_KILLS=$KILLS DFLASH_LOAD_S=$LOAD_S DFLASH_STOPS=$STOPS DFLASH_FUZZ_EXAMPLES=$FUZZ
+export DFLASH_SOAK_S=$SOAK_S DFLASH_SOAK_PAIR=$SOAK_PAIR
 
 status=0
 run() {  # run NAME pytest-args...: one group, its result remembered for the table
@@ -54,6 +58,7 @@ run kills tests/test_app_crash_load.py -k sigkill
 run load tests/test_app_crash_load.py -k four_sessions
 run stop tests/test_app_crash_load.py -k stop
 run storage-kills tests/test_storage_crash.py
+run soak tests/test_compiled_soak.py
 
 python3 - "$figures" <<'EOF'
 import json
@@ -95,6 +100,10 @@ line("Stop presses", f"{g('stop', 'presses')} presses, worst {g('stop', 'worst_l
      f"(median {g('stop', 'median_latency_ms')} ms; cycle {g('stop', 'cycle_ms')} ms), "
      f"{g('stop', 'max_cycles_after_stop')} cycles after Stop; client round trip worst "
      f"{g('stop', 'worst_round_trip_ms')} ms", "stop")
+line("compiled path: 2 page + 2 API streams at once", f"{g('soak', 'seconds')} s on {g('soak', 'pair')}, "
+     f"{g('soak', 'page_replies')} page + {g('soak', 'api_replies')} API replies, {g('soak', 'lost')} lost, "
+     f"{g('soak', 'recompiles')} recompiles after warm-up, resident memory {g('soak', 'rss_start_mb')} -> "
+     f"{g('soak', 'rss_end_mb')} MB ({g('soak', 'rss_growth_pct')} %)", "soak")
 line("model files (pickle, truncated, inconsistent, NaN, OOM)", "see tests/test_model_files.py", "models")
 line("new-user edges (empty prompt, context window, delete, import, MiMo)", "see tests/test_new_user_edges.py", "edges")
 EOF

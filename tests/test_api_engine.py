@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from storage import SessionStore
+from tests.test_network import end_process
 
 pytestmark = pytest.mark.slow
 
@@ -63,11 +64,7 @@ def server(tmp_path_factory):
             pytest.fail("the server did not load the model in 180 s")
         yield base, db
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        end_process(process)
         log.close()
 
 

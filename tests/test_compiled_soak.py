@@ -32,7 +32,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 from gradio_client import Client  # noqa: E402
 
 from tests.figures import record_figure  # noqa: E402
-from tests.test_network import free_port  # noqa: E402
+from tests.test_network import end_process, free_port  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SOAK_S = float(os.environ.get("DFLASH_SOAK_S", "20"))
@@ -93,12 +93,7 @@ def app(tmp_path):
         assert path.get("path") == "compiled", f"not compiled in time: {path}"
         yield url, process.pid, db
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
+        end_process(process)
 
 
 def page_stream(url: str, n: int, deadline: float, sent: list[str], errors: list[str]) -> None:

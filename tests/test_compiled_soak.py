@@ -152,6 +152,13 @@ def stored_replies(db: Path, sent: list[str]) -> tuple[int, list[str]]:
     return complete, lost
 
 
+def by_tenth(samples: list[tuple[float, float]], seconds: float) -> list[float]:
+    """Resident memory at the start of each tenth of the run, then at its end (the curve's shape
+    tells a leak, which keeps climbing, from a heap settling after its warm-up)."""
+    marks = [next((mb for t, mb in samples if t >= seconds * k / 10), samples[-1][1]) for k in range(10)]
+    return [round(mb, 1) for mb in marks + [samples[-1][1]]]
+
+
 def test_four_streams_on_the_compiled_path_lose_nothing_recompile_nothing_and_hold_memory(app):
     url, pid, db = app
     graphs_before = loaded_card(url)["decode_path"]["compile"]["graphs"]
@@ -181,7 +188,7 @@ def test_four_streams_on_the_compiled_path_lose_nothing_recompile_nothing_and_ho
                   page_replies=page_complete, api_replies=api_complete, lost=len(lost) + len(errors),
                   recompiles=card["recompiles"], graphs_after=card["compile"]["graphs"] - graphs_before,
                   rss_start_mb=round(baseline, 1), rss_end_mb=round(final, 1), rss_peak_mb=round(max(mb for _, mb in samples), 1),
-                  rss_growth_pct=round(100 * growth, 2))
+                  rss_growth_pct=round(100 * growth, 2), rss_by_tenth_mb=by_tenth(samples, SOAK_S))
     assert not errors, errors[:3]
     assert not lost, f"page messages without their complete reply: {lost[:3]}"
     assert all(page_sent) and all(api_done), "a stream completed no reply"

@@ -3,7 +3,8 @@
 #   tiny-coder-fast (assets/models/tiny-coder): the speed demo, high acceptance, does not answer
 #     requests; about 11 hours on 2 cores;
 #   tiny-coder (assets/models/tiny-coder-requests): the default, answers simple requests; built
-#     from the first pair's target and draft, about 6.5 hours more.
+#     from the first pair's target and draft, about 10.5 hours more (6.5 for a request pair, then
+#     about 4 in scripts/train_coder.sh).
 # (The folders keep the names they were built under; engine/shipped.py names the pairs.) Every
 # step resumes from its --work checkpoint, so rerun this script after an interruption. Run it in
 # the background:
@@ -86,15 +87,17 @@ dflash-studio train draft --init runs/requests/draft3/model --target runs/reques
     --max-minutes 100 --cache-features-gb 8 --checkpoint-minutes 10 --seed 32 \
     --out runs/requests/draft4/model --work runs/requests/draft4/work
 
-mkdir -p assets/models/tiny-coder-requests/target assets/models/tiny-coder-requests/draft
-cp runs/requests/target/model/* assets/models/tiny-coder-requests/target/
-cp runs/requests/draft4/model/* assets/models/tiny-coder-requests/draft/
 # it proposes from the 2,048 ids this target writes most in 1,200 greedy replies:
 # the first 2,048 ids miss the English words the fine-tune added (~7 min)
-dflash-studio train proposals --target assets/models/tiny-coder-requests/target \
-    --draft assets/models/tiny-coder-requests/draft --prompts requests-wide --num-sequences 1200 --seed 77 \
-    --threads 2 --work runs/requests/proposals
+dflash-studio train proposals --target runs/requests/target/model --draft runs/requests/draft4/model \
+    --prompts requests-wide --num-sequences 1200 --seed 77 --threads 2 --work runs/requests/proposals
+
+# ---- then that pair trained on with --data coder: three target stages, two draft stages (~4 h) ----
+FROM_TARGET=runs/requests/target/model FROM_DRAFT=runs/requests/draft4/model OUT=runs/coder bash scripts/train_coder.sh
+mkdir -p assets/models/tiny-coder-requests/target assets/models/tiny-coder-requests/draft
+cp runs/coder/stageC/model/* assets/models/tiny-coder-requests/target/
+cp runs/coder/draft2/model/* assets/models/tiny-coder-requests/draft/
 # the default pair, as the app, generate and bench run it with no --target
 dflash-studio train eval --target assets/models/tiny-coder-requests/target \
     --prompts assets/prompts/fresh_requests.jsonl --max-new-tokens 96   # parse / on-topic rates
-dflash-studio bench --prompts assets/prompts/unseen.jsonl --no-fallback
+dflash-studio bench --prompts assets/prompts/unseen6.jsonl --no-fallback

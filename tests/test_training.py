@@ -501,25 +501,31 @@ def test_line_aligned_prefixes_are_whole_lines_within_the_budget(tokenizer_dir):
     assert seen_def
 
 
-def test_rebuild_script_is_valid_bash_and_every_command_parses():
-    """scripts/rebuild_tiny_coder.sh is the documented way to rebuild both shipped pairs (~17.5 h):
-    a renamed or removed flag must fail here, not hours into a rebuild."""
+@pytest.mark.parametrize("name, steps", [
+    ("rebuild_tiny_coder.sh", ["tokenizer", "target", "draft", "draft", "target", "draft", "draft", "draft", "draft",
+                               "target", "draft", "draft", "draft", "draft", "proposals", "eval"]),
+    ("train_coder.sh", ["target", "target", "target", "draft", "proposals", "draft", "proposals", "eval"]),
+])
+def test_the_training_scripts_are_valid_bash_and_every_command_parses(name, steps):
+    """scripts/rebuild_tiny_coder.sh is the documented way to rebuild both shipped pairs (~21.5 h),
+    and it runs scripts/train_coder.sh for the default pair's last steps: a renamed or removed flag
+    must fail here, not hours into a rebuild."""
     from app.cli import build_parser
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "rebuild_tiny_coder.sh"
+    script = Path(__file__).resolve().parents[1] / "scripts" / name
     subprocess.run(["bash", "-n", str(script)], check=True)
     text = script.read_text().replace("\\\n", " ")
     variables = dict(re.findall(r'^([A-Z_]+)="([^"]*)"$', text, flags=re.M))
+    variables.update(re.findall(r'^([A-Z_0-9]+)=\$\{[A-Z_0-9]+:-([^}]*)\}$', text, flags=re.M))
     commands = [line.strip() for line in text.splitlines() if line.strip().startswith("dflash-studio ")]
-    assert [c.split()[1:3] for c in commands if c.split()[1] == "train"] == [
-        ["train", "tokenizer"], ["train", "target"], ["train", "draft"], ["train", "draft"],
-        ["train", "target"], ["train", "draft"], ["train", "draft"], ["train", "draft"], ["train", "draft"],
-        ["train", "target"], ["train", "draft"], ["train", "draft"], ["train", "draft"], ["train", "draft"],
-        ["train", "proposals"], ["train", "eval"]]
+    assert [c.split()[2] for c in commands if c.split()[1] == "train"] == steps
+    if name == "rebuild_tiny_coder.sh":
+        assert "bash scripts/train_coder.sh" in text
     parser = build_parser()
     for command in commands:
-        for name, value in variables.items():
-            command = command.replace(f"${name}", value)
+        for var, value in sorted(variables.items(), key=lambda kv: -len(kv[0])):
+            command = command.replace(f'"${var}"', value).replace(f"${var}", value)
+        command = re.sub(r'"\$\{[A-Z_0-9]+:-([^}]*)\}"', r"\1", command)
         argv = shlex.split(command.split("#")[0])[1:]
         parser.parse_args(argv)  # SystemExit(2) on an unknown or malformed flag
 

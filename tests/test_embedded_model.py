@@ -57,7 +57,7 @@ def test_replayed_acceptance_reproduces_the_engine_at_every_fixed_block(engine):
     from engine.fallback import FixedPolicy
     from engine.replay import replay
 
-    ids = engine.encode("Write a function that returns the squares of a list of numbers.")
+    ids = engine.encode("Write a function that counts the vowels in a string.")  # full blocks happen in its reply
     reply, runs = acceptance_runs(engine, ids, 48)
     costs = {b: (1.0, 2.0) for b in range(1, 9)}
     for block in (8, 4, 2):

@@ -178,8 +178,8 @@ def test_four_streams_on_the_compiled_path_lose_nothing_recompile_nothing_and_ho
     for stream in streams:
         stream.join()
     card = loaded_card(url)["decode_path"]
-    after_warm_up = [mb for t, mb in samples if t >= SOAK_S / 10] or [samples[-1][1]]
-    baseline, final = after_warm_up[0], samples[-1][1]
+    curve = by_tenth(samples, SOAK_S)
+    baseline, final = curve[1], curve[-1]  # from the end of the first tenth (the warm-up) to the end
     growth = (final - baseline) / baseline
     sent = page_sent[0] + page_sent[1]
     page_complete, lost = stored_replies(db, sent)
@@ -188,7 +188,7 @@ def test_four_streams_on_the_compiled_path_lose_nothing_recompile_nothing_and_ho
                   page_replies=page_complete, api_replies=api_complete, lost=len(lost) + len(errors),
                   recompiles=card["recompiles"], graphs_after=card["compile"]["graphs"] - graphs_before,
                   rss_start_mb=round(baseline, 1), rss_end_mb=round(final, 1), rss_peak_mb=round(max(mb for _, mb in samples), 1),
-                  rss_growth_pct=round(100 * growth, 2), rss_by_tenth_mb=by_tenth(samples, SOAK_S))
+                  rss_growth_pct=round(100 * growth, 2), rss_by_tenth_mb=curve)
     assert not errors, errors[:3]
     assert not lost, f"page messages without their complete reply: {lost[:3]}"
     assert all(page_sent) and all(api_done), "a stream completed no reply"

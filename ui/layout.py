@@ -85,6 +85,7 @@ def layout(ctx: UIContext, demo: gr.Blocks) -> SimpleNamespace:
     c.timer = gr.Timer(0.5, active=True)
     c.live = gr.Timer(1.0, active=True)  # sessions and replies that arrive through the API
     c.live_seen = gr.State(None)
+    c.live_redraw = gr.State(None)
     c.controls = [c.block_size, c.temperature, c.top_p, c.max_new_tokens, c.fallback, c.show_rejected]
     return c
 
@@ -199,9 +200,11 @@ def wire(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace) -> None:
     loaded = outputs(*h.SESSION_VIEW, "chat_input", "page")
     demo.load(loaded.wrap(on_load), [c.remembered], loaded.components, api_name="load_session")
     _wire_model(ctx, demo, c, outputs)
-    live = outputs(*h.LIVE)
-    c.live.tick(live.wrap(partial(h.live_refresh, ctx)), [c.session, c.search, c.live_seen, c.streaming, c.page],
-                live.components, api_visibility="undocumented", show_progress="hidden")
+    checked, redrawn = outputs(*h.LIVE_CHECKED), outputs(*h.LIVE_REDRAWN)
+    c.live.tick(checked.wrap(partial(h.live_check, ctx)), [c.session, c.search, c.live_seen, c.streaming, c.page],
+                checked.components, api_visibility="undocumented", show_progress="hidden")
+    c.live_redraw.change(redrawn.wrap(h.live_redraw_apply), [c.live_redraw], redrawn.components,
+                         api_visibility="undocumented", show_progress="hidden")
     _wire_replies(ctx, c, outputs)
     _wire_sessions(ctx, c, outputs, view)
 

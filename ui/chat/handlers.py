@@ -51,6 +51,8 @@ STREAMED = ("chat", "msg_ids", "token_view", "stats", "acceptance_chart", "sessi
 MODEL_STATUS = ("model_status", "timer", "block_size", "fallback", "show_rejected")  # the last three follow the engine
 LIVE = ("sessions", "chat", "msg_ids", "token_view", "stats", "acceptance_chart", "session_chart", "tau_histogram",
         "position_chart", "live_seen")
+LIVE_CHECKED = ("live_seen", "live_redraw")  # the tick itself changes only States, see live_check
+LIVE_REDRAWN = tuple(name for name in LIVE if name != "live_seen")
 PENDING = {"role": "assistant", "content": "…"}  # the reply bubble shown until the first block arrives
 REPEATED_PICK_S = 2.0  # a pick of the pair refused this long ago or less is the same pick, reported twice
 
@@ -375,6 +377,28 @@ def live_refresh(ctx: UIContext, session_id: int | None, query: str, seen: dict 
             update.update(_live_view(ctx, session_id, messages))
         seen["shown"] = stamp
     return {**update, "live_seen": seen}
+
+
+def live_check(ctx: UIContext, session_id: int | None, query: str, seen: dict | None,
+               streaming: int | None = None, page: str | None = None) -> dict:
+    """``live_refresh`` split in two events: the tick writes only States (``LIVE_CHECKED``), and
+    what changed goes to ``live_redraw``, whose change event (``live_redraw_apply``) draws it.
+    A tick that returned "no change" for the chat and the figures every second would leave a
+    stale copy of each of them in the page's Gradio session state whenever a reply then drew
+    them (see ``_reply_views``); this way they are only ever given values."""
+    update = live_refresh(ctx, session_id, query, seen, streaming, page)
+    if not update:
+        return {}
+    seen = update.pop("live_seen")
+    if not update:
+        return {"live_seen": seen}
+    seen["redraws"] = seen.get("redraws", 0) + 1  # two equal redraws in a row are still two changes
+    return {"live_seen": seen, "live_redraw": {"n": seen["redraws"], "update": update}}
+
+
+def live_redraw_apply(redraw: dict | None) -> dict:
+    """What ``live_check`` found changed (``LIVE_REDRAWN``)."""
+    return dict(redraw["update"]) if redraw else {}
 
 
 def on_load(ctx: UIContext, remembered: int | None) -> dict:
@@ -755,15 +779,20 @@ def _reply_views(ctx: UIContext, reply: PageReply, to_editor: bool):
     base_rows, base_ids = reply.rows, reply.ids
     mode = "complete" if complete else "chat"
     last_chart = 0.0
+    # Every update carries every figure, the charts as last drawn included: an output Gradio is
+    # told to leave unchanged (gr.skip) and then given a value keeps a stale copy of that value in
+    # the page's session state (gradio 6.31), one per skip, for as long as the page stays open.
+    figures = {**reply_outputs(None, mode), **_session_chart(ctx, session_id)}
     for update in stream_reply(ctx, request):
         trace = update.trace
         if update.status == "refused":
             gr.Warning(f"Not generated: {update.note}")
-            yield {"chat": base_rows, "msg_ids": base_ids,
+            yield {**figures, "chat": base_rows, "msg_ids": base_ids,
                    "token_view": render_token_view(None, mode, placeholder=f"Not generated: {update.note}")}
             return
         if update.status == "waiting":
-            yield {"chat": base_rows + [{"role": "assistant", "content": f"⏳ {esc(update.note)}"}], "msg_ids": base_ids}
+            yield {**figures, "chat": base_rows + [{"role": "assistant", "content": f"⏳ {esc(update.note)}"}],
+                   "msg_ids": base_ids}
             continue
         content = reply.notice + assistant_markdown(trace.text, update.status, trace, trace.error, request.kind)
         view = {"chat": base_rows + [{"role": "assistant", "content": content}],
@@ -775,10 +804,10 @@ def _reply_views(ctx: UIContext, reply: PageReply, to_editor: bool):
         now = time.monotonic()
         if update.final or now - last_chart >= ctx.chart_interval_s:  # charts at most every chart_interval_s
             last_chart = now
-            view.update(reply_charts(trace))
+            figures.update(reply_charts(trace))
             if update.final:
-                view.update(_session_chart(ctx, session_id))
-        yield view
+                figures.update(_session_chart(ctx, session_id))
+        yield {**figures, **view}
         if update.final and update.status == "error" and _session_exists(ctx, session_id):  # a deleted one says why
             gr.Warning(f"Generation failed: {update.note}")
 

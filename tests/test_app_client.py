@@ -100,3 +100,22 @@ def test_load_session_restores_the_latest_session_from_the_database(served, clie
     view = Client(studio.demo.local_url, verbose=False).predict(None, api_name="/load_session")  # a new page
     assert view[3] == "the latest one" == studio.store.list_sessions()[0]["title"]  # (browser id, chat, list, title, …)
     assert view[2]["value"] == studio.store.list_sessions()[0]["id"]
+
+
+def test_streamed_replies_leave_the_page_session_state_the_same_size(served, client):
+    """Gradio 6 keeps a copy of an output's value in the page's session state each time an output
+    it was told to leave unchanged (``gr.skip()``) then gets a value, until the page closes. A
+    streaming reply redraws its charts at most every ``chart_interval_s``: were they skipped in
+    between, every reply would leave copies of them behind (a long-lived tab's memory grows)."""
+    studio, engine = served
+    client.predict(**SETTINGS, api_name="/settings")
+
+    def one_reply() -> int:
+        engine.enqueue(FakeReply(" ".join(f"w{i}" for i in range(90)), accept=(1,), delay_s=0.03))
+        client.predict("a long one", api_name="/send")
+        client.predict(api_name="/respond")  # about 1.4 s: three chart redraws and updates between
+        state = studio.demo.state_holder[client.session_hash]
+        return len(state.blocks_config.blocks) + len(state.config_values)
+
+    sizes = [one_reply() for _ in range(3)]
+    assert sizes[2] == sizes[1] == sizes[0], sizes

@@ -434,6 +434,26 @@ def test_the_live_refresh_waits_for_the_page_to_load(ctx, engine):
     assert "sessions" in h.live_refresh(ctx, session_id, "", None, None, "a-page-id")
 
 
+def test_the_live_tick_writes_only_states_and_hands_what_changed_to_its_redraw(ctx, engine):
+    """The tick never leaves the chat or a figure "unchanged" (Gradio would keep a stale copy of
+    it per tick, see ``live_check``): it changes States, and the redraw gives values only."""
+    engine.enqueue("a reply")
+    session_id, sent = send(ctx, "a question")
+    run(ctx, sent)
+    assert h.live_check(ctx, None, "", None, None, None) == {}  # before on_load: nothing at all
+    first = h.live_check(ctx, session_id, "", None, None, "a-page-id")
+    assert set(first) == set(h.LIVE_CHECKED)
+    assert set(h.live_redraw_apply(first["live_redraw"])) == {"sessions"}  # the list, drawn once
+    quiet = h.live_check(ctx, session_id, "", first["live_seen"], None, "a-page-id")
+    assert set(quiet) == {"live_seen"}  # nothing new: the redraw State stays as it was
+    ctx.store.create_session("another")
+    again = h.live_check(ctx, session_id, "", quiet["live_seen"], None, "a-page-id")
+    assert again["live_redraw"] != first["live_redraw"]  # a new redraw, so its change event fires
+    assert "another" in str(h.live_redraw_apply(again["live_redraw"])["sessions"].choices)
+    assert set(h.live_redraw_apply(again["live_redraw"])) <= set(h.LIVE_REDRAWN)
+    assert h.live_redraw_apply(None) == {}
+
+
 def test_show_reply_renders_a_past_reply(ctx, engine):
     engine.enqueue("old reply", "new reply")
     session_id, sent = send(ctx, "a")

@@ -42,7 +42,7 @@ dflash-studio train draft --init "$R/draft1/model" --target "$R/stageC/model" $D
     --out "$R/draft2/model" --work "$R/draft2/work"
 dflash-studio train proposals --target "$R/stageC/model" --draft "$R/draft2/model" --prompts coder \
     --num-sequences 600 --seed 78 --threads 2 --work "$R/proposals2"
-# the longest step: twice the regenerated replies, and the held-out decode τ still rising at its end
+# the longest step, on twice the regenerated replies (its held-out decode τ levels off in its last 40 minutes)
 dflash-studio train draft --init "$R/draft2/model" --target "$R/stageC/model" $DRAFT_FLAGS \
     --prompts coder --chat-fraction 0.5 --lr 4e-4 --num-sequences 10000 --new-tokens 96 --gen-fraction 0.2 \
     --max-minutes "${D3_MIN:-112}" --cache-features-gb 12 --checkpoint-minutes 10 --seed 46 \

@@ -79,6 +79,16 @@ class SideBySide:
 PATHS = ("vllm_plain", "vllm_dflash", "client_plain", "client_dflash", "local_plain", "local_dflash")
 
 
+# After each request a vLLM worker busy-polls its queue for 1 s (vLLM's shm_broadcast), and on the
+# CPU build every server's worker is pinned to the same core: the next path waits that long so that
+# none is timed while another server's worker still spins beside it.
+SERVER_IDLE_S = 1.2
+
+
+def settle() -> None:
+    time.sleep(SERVER_IDLE_S)
+
+
 def _rate(tokens: int, seconds: float) -> float:
     return round(tokens / seconds, 3) if seconds else 0.0
 
@@ -86,11 +96,15 @@ def _rate(tokens: int, seconds: float) -> float:
 def measure_prompt(engine, local, item: BenchPrompt, sampling: SamplingConfig, result: SideBySide, http) -> dict:
     ids = engine.encode(item.prompt, raw=item.raw)
     sampling_i = engine.check_request(ids, sampling)
-    api = {"vllm_plain": run_api(engine, engine.plain_model(), ids, sampling_i, http),
-           "vllm_dflash": run_api(engine, engine.served, ids, sampling_i, http)}
+    api = {"vllm_plain": run_api(engine, engine.plain_model(), ids, sampling_i, http)}
+    settle()
+    api["vllm_dflash"] = run_api(engine, engine.served, ids, sampling_i, http)
+    settle()
     client = {"client_plain": run_plain(engine, ids, sampling_i)}
+    settle()
     client["client_dflash"], cycles = run_dflash(engine, ids, sampling_i, None)
     if local is not None:
+        settle()
         client["local_plain"] = run_plain(local, ids, sampling_i)
         client["local_dflash"], _ = run_dflash(local, ids, sampling_i, None)
     for name, run in api.items():
@@ -142,6 +156,7 @@ def bench_vllm(engine, prompts: list[BenchPrompt], sampling: SamplingConfig, pro
             run_dflash(candidate, warm_ids, short, None)
         for served in (engine.plain_model(), engine.served):
             run_api(engine, served, warm_ids, short, http)
+        settle()
         for number, item in enumerate(prompts, 1):
             row = measure_prompt(engine, local, item, sampling, result, http)
             if progress:

@@ -64,8 +64,6 @@ def plan_server(config: VLLMConfig, python: Path, target_dir: Path, draft_dir: P
     window = config.max_model_len or (min(target_window(target_dir) or CPU_WINDOW_CAP, CPU_WINDOW_CAP) if cpu else None)
     if window:
         argv += ["--max-model-len", str(window)]
-    if cpu:
-        argv.append("--enforce-eager")  # no graph capture on the CPU build: starts in seconds, not minutes
     argv += list(config.extra_args)
     env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")} if cpu else {}
     return ServerPlan(tuple(argv), env, port, block, served_name)

@@ -167,3 +167,45 @@ def test_bench_times_vllm_through_its_own_non_streaming_api():
     assert body["stream"] is False and "stream_options" not in body and body["prompt"] == [1, 2]
     assert run.token_ids == (5, 6, 7, 8, 9, 10, 11) and run.new_tokens == 7 and run.seconds > 0
     assert run.taus == (4, 2)  # 1 prefill token + 4 + 2 = 7: the last step cut to what was emitted
+
+
+def test_bench_lets_each_vllm_server_go_idle_before_timing_another_path(monkeypatch):
+    """A vLLM worker busy-polls for a second after each request, and both servers' workers share a
+    core on the CPU build: every switch to another process's path waits first (no vLLM needed)."""
+    from types import SimpleNamespace
+
+    from engine.bench import BenchPrompt
+    from engine.config import SamplingConfig
+    from engine.vllm import bench
+
+    order = []
+    plain_model, served = object(), object()
+
+    def finished():
+        return SimpleNamespace(new_tokens=3, total_ms=10.0, token_ids=[4, 5, 6], tokens_per_s=300.0,
+                               acceptance_lengths=[3], per_position_acceptance=[1.0], reason="length")
+
+    def run_api(engine, model, ids, sampling, http):
+        order.append("vllm " + ("plain" if model is plain_model else "dflash"))
+        return bench.ApiRun((4, 5, 6), 0.01, (3,))
+
+    def run_plain(engine, ids, sampling):
+        order.append(f"{engine.kind} plain")
+        return finished()
+
+    def run_dflash(engine, ids, sampling, fallback):
+        order.append(f"{engine.kind} dflash")
+        return finished(), []
+
+    monkeypatch.setattr(bench, "run_api", run_api)
+    monkeypatch.setattr(bench, "run_plain", run_plain)
+    monkeypatch.setattr(bench, "run_dflash", run_dflash)
+    monkeypatch.setattr(bench, "settle", lambda: order.append("wait"))
+    client = SimpleNamespace(kind="client", served=served, plain_model=lambda: plain_model,
+                             encode=lambda prompt, raw: [1, 2], check_request=lambda ids, sampling: sampling)
+    local = SimpleNamespace(kind="local")
+    bench.measure_prompt(client, local, BenchPrompt("add two numbers"), SamplingConfig(max_new_tokens=3),
+                         bench.SideBySide(), http=None)
+    assert order == ["vllm plain", "wait", "vllm dflash", "wait", "client plain", "wait", "client dflash", "wait",
+                     "local plain", "local dflash"]
+    assert bench.SERVER_IDLE_S > 1.0  # vLLM's busy-poll lasts 1 s

@@ -60,7 +60,7 @@ def run_target(args) -> int:
     train_target(args.out, args.tokenizer, work=args.work, corpus=args.corpus, shape=shape,
                  cfg=cfg, budget=_budget(args), seed=args.seed, threads=args.threads,
                  progress=not args.no_progress, init=args.init, unlikelihood=args.unlikelihood,
-                 train_from_layer=args.train_from_layer, data_mix=args.data)
+                 train_from_layer=args.train_from_layer, data_mix=args.data, own_replies=args.own_replies)
     return 0
 
 
@@ -315,6 +315,9 @@ def _register_target(sub) -> None:
     p.add_argument("--chat-fraction", type=float, default=0.5)
     p.add_argument("--name-weight", type=float, default=1.0,
                    help="with --data requests: loss weight of a reply's first line (the def/class name)")
+    p.add_argument("--own-replies", type=int, default=0,
+                   help="with --init and --data coder: the init model first answers this many training requests; "
+                        "follow-up chats then edit those replies too, answered by the requested function")
     p.add_argument("--eval-windows", type=int, default=24)
     p.add_argument("--samples", type=int, default=6, help="greedy samples per evaluation")
     p.add_argument("--sample-tokens", type=int, default=96)
@@ -417,7 +420,8 @@ def _register_eval(sub) -> None:
                    help="with --pass1: which sets to score (default all): requests "
                         "(assets/prompts/requests_pass1.jsonl), requests_b (requests_pass1_b.jsonl, a second set "
                         "written apart), edits (followups_pass1.jsonl, chats whose later turns edit the previous "
-                        "function); --prompts replaces them with one file")
+                        "function), edits_b (followups_pass1_b.jsonl, a second such set written apart); "
+                        "--prompts replaces them with one file")
     p.add_argument("--draft", type=Path, default=None, help="with --pass1: the pair's draft (DFlash decoding)")
     p.add_argument("--device", default=None, help="with --pass1: cpu, cuda … (default: cuda if available)")
     p.add_argument("--no-followups", action="store_true", help="with --pass1: each request alone only")

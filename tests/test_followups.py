@@ -45,7 +45,7 @@ def rewrites(rewrite):
     out = []
     for task in function_tasks():
         fn = Function.parse(task.code)
-        if fn is not None and (code := rewrite(fn)) and runs_on_samples(task.code):
+        if fn is not None and (code := rewrite(fn)) and "random" not in task.code and runs_on_samples(task.code):
             out.append((task.code, code))
     return out
 
@@ -129,3 +129,110 @@ def test_an_edit_that_does_not_fit_is_skipped():
     assert followups.empty_guard("None")(fn) is None  # an empty list already sorts to []
     assert followups.negative_guard(fn) is None
     assert Function.parse("class Stack:\n    pass") is None
+
+
+def test_rounding_rounds_what_the_function_returned_to_two_places():
+    pairs = rewrites(followups.round_result)
+    assert len(pairs) > 20
+    for before, after in pairs:
+        old, fn = defined(before)
+        new, new_fn = defined(after)
+        args = sample_args(fn)
+        assert new_fn.name == fn.name and new(*args) == round(old(*args), 2), after
+    count = Function.parse("def count_uppercase(text):\n    return sum(1 for c in text if c.isupper())")
+    assert followups.round_result(count) is None  # a count has no fraction to round ("upper" is not "per")
+
+
+def test_sorting_returns_the_same_items_in_order():
+    pairs = rewrites(followups.sort_result)
+    assert pairs
+    for before, after in pairs:
+        old, fn = defined(before)
+        new, _ = defined(after)
+        args = sample_args(fn)
+        assert new(*args) == sorted(old(*args)), after
+
+
+def test_stripping_answers_padded_text_as_the_old_function_answers_the_bare_text():
+    pairs = rewrites(followups.strip_text)
+    assert len(pairs) > 20
+    for before, after in pairs:
+        old, fn = defined(before)
+        new, _ = defined(after)
+        args = sample_args(fn)
+        assert new(f"  {args[0]}\n", *args[1:]) == old(*args), after
+
+
+def test_skipping_none_answers_as_if_the_none_items_were_not_there():
+    pairs = rewrites(followups.skip_none)
+    assert len(pairs) > 20
+    for before, after in pairs:
+        old, fn = defined(before)
+        new, _ = defined(after)
+        args = sample_args(fn)
+        assert new([None] + args[0] + [None], *args[1:]) == old(*args), after
+
+
+@pytest.mark.parametrize("kind, wrong", [("int", 2.5), ("number", "7"), ("list", (4, 1, 3)), ("str", 42)])
+def test_type_checks_raise_type_error_for_the_wrong_type_and_keep_the_rest(kind, wrong):
+    pairs = rewrites(followups.type_check(kind))
+    assert pairs
+    for before, after in pairs:
+        old, fn = defined(before)
+        new, _ = defined(after)
+        args = sample_args(fn)
+        assert new(*args) == old(*args), after
+        with pytest.raises(TypeError):
+            new(wrong, *args[1:])
+
+
+def test_a_default_lets_the_last_argument_be_left_out():
+    pairs = rewrites(followups.default_last)
+    assert len(pairs) > 20
+    for before, after in pairs:
+        old, fn = defined(before)
+        new, new_fn = defined(after)
+        default = eval(followups.DEFAULTS[fn.plain_params[-1]])
+        assert new_fn.plain_params == fn.plain_params
+        assert new.__defaults__ == (default,), after
+
+
+def test_an_edit_asks_with_the_function_own_parameter_names():
+    fn = Function.parse("def repeat_text(text, times):\n    return text * times")
+    edit = next(e for e in followups.EDITS if e.rewrite is followups.default_last)
+    asks = {edit.ask(fn, random.Random(seed)) for seed in range(20)}
+    assert asks and all("times" in a and "2" in a and "{" not in a for a in asks)
+
+
+def test_edits_of_the_model_own_replies_answer_with_the_requested_function_edited():
+    tasks = function_tasks()
+    task = next(t for t in tasks if Function.parse(t.code).name == "is_even")
+    task = next(t for t in tasks if t.request == task.request)  # the first task of that request answers
+    wrong = "def even(x):\n    return x % 3 == 0"
+    rows = [{"request": task.request, "user": "is a number even? write it", "reply": wrong}] * 30
+    rows += [{"request": "no task asks this", "user": "?", "reply": "def f():\n    pass"}]
+    chats = followups.own_reply_chats(tasks, rows, random.Random(0))
+    assert len(chats) == 30  # the row with no task behind it is left out
+    asked = Function.parse(task.code)
+    edits_of_asked = {e.rewrite(asked) for e in followups.EDITS} | {followups.add_docstring(task.request)(asked)}
+    for user, reply, ask, answer in chats:
+        assert reply["content"] == wrong and ask["role"] == "user"
+        _, fn = defined(answer["content"])
+        if any(word in ask["content"] for word in ("Rename", "Call it", "name the function")):
+            assert fn.body == asked.body and fn.name in ask["content"]
+        else:  # the function asked for, edited, under its own name: nothing of the reply's
+            assert answer["content"] in edits_of_asked and fn.name == asked.name
+
+
+def test_only_the_edit_is_trained_on_in_a_chat_over_the_model_own_reply():
+    from training.request_data import tokenize_chat_examples
+    from training.tokenizer import load_tokenizer, render_chat
+
+    tokenizer = load_tokenizer("assets/models/tiny-coder-requests/target")
+    wrong = "def even(x):\n    return x % 3 == 0"
+    chat = render_chat([{"role": "user", "content": "is a number even?"}, {"role": "assistant", "content": wrong},
+                        {"role": "user", "content": "Add a docstring."},
+                        {"role": "assistant", "content": 'def is_even(n):\n    """Even."""\n    return n % 2 == 0'}])
+    stream = tokenize_chat_examples(tokenizer, [chat])
+    trained = tokenizer.decode([t for t, m in zip(stream["ids"].tolist(), stream["mask"].tolist()) if m])
+    assert "is_even" in trained and "even(x)" not in trained and "% 3" not in trained

@@ -16,7 +16,7 @@ from training import draft_prompts, request_data
 from app.cmd_train import format_pass1_pair, pass1_set_names
 from engine.errors import InvalidRequestError
 from engine.events import Finished
-from training.pass1 import (EDITS_FILE, PASS1_B_FILE, PASS1_FILE, PairReplies, SandboxLimits, Pass1Task, chats,
+from training.pass1 import (EDITS_B_FILE, EDITS_FILE, PASS1_B_FILE, PASS1_FILE, PairReplies, SandboxLimits, Pass1Task, chats,
                                    check_reply, cut_after_first_definition, pair_replies, pick_function, read_tasks,
                                    reply_code, run_tests, score_pair, standalone)
 from training.task_families import all_tasks
@@ -171,7 +171,7 @@ def test_the_second_set_is_52_new_one_line_requests(tasks):
     assert not {t.entry_point for t in second} & {t.entry_point for t in tasks}  # other tasks, not rewordings
 
 
-@pytest.mark.parametrize("set_file", [PASS1_B_FILE, EDITS_FILE])
+@pytest.mark.parametrize("set_file", [PASS1_B_FILE, EDITS_FILE, EDITS_B_FILE])
 def test_no_new_request_is_a_training_request(set_file):
     """Held out like the first set: no request of the new sets is a phrasing the request target trained on."""
     phrasings = {_norm(request_data.phrase(t.request, template)) for t in all_tasks()
@@ -179,8 +179,9 @@ def test_no_new_request_is_a_training_request(set_file):
     assert not [t.name for t in read_tasks(ROOT / "assets" / "prompts" / set_file) if _norm(t.prompt) in phrasings]
 
 
-def test_the_edit_chats_edit_the_function_of_the_turn_before():
-    edits = read_tasks(EDITS)
+@pytest.mark.parametrize("set_file", [EDITS_FILE, EDITS_B_FILE])
+def test_the_edit_chats_edit_the_function_of_the_turn_before(set_file):
+    edits = read_tasks(ROOT / "assets" / "prompts" / set_file)
     conversations = chats(edits)
     assert len(conversations) == 20 and all(2 <= len(chat) <= 3 for chat in conversations)
     assert sum(len(chat) for chat in conversations) == len(edits)  # every row belongs to a chat
@@ -194,7 +195,7 @@ def test_the_edit_chats_edit_the_function_of_the_turn_before():
     assert any(t.entry_point != chat[0].entry_point for chat in conversations for t in chat)  # renames
 
 
-@pytest.mark.parametrize("set_file", [PASS1_B_FILE, EDITS_FILE])
+@pytest.mark.parametrize("set_file", [PASS1_B_FILE, EDITS_FILE, EDITS_B_FILE])
 def test_every_new_reference_solution_passes_its_own_tests_and_a_do_nothing_reply_fails(set_file):
     for task in read_tasks(ROOT / "assets" / "prompts" / set_file):
         run = run_tests(task.solution, task.entry_point, task.tests)
@@ -203,10 +204,11 @@ def test_every_new_reference_solution_passes_its_own_tests_and_a_do_nothing_repl
         assert not wrong.passed and ("AssertionError" in wrong.outcome or "TypeError" in wrong.outcome), task.name
 
 
-def test_an_edit_fails_the_function_as_it_was_before_the_edit():
+@pytest.mark.parametrize("set_file", [EDITS_FILE, EDITS_B_FILE])
+def test_an_edit_fails_the_function_as_it_was_before_the_edit(set_file):
     """Each edit's tests check the new behaviour: the previous turn's solution fails them (a
     rename alone passes leniently, where the only function is taken whatever its name)."""
-    for chat in chats(read_tasks(EDITS)):
+    for chat in chats(read_tasks(ROOT / "assets" / "prompts" / set_file)):
         for before, after in zip(chat, chat[1:]):
             old = Pass1Task(after.name, after.prompt, after.entry_point, after.tests)
             assert not check_reply(old, before.solution, lenient=False).passed, after.name
@@ -274,7 +276,7 @@ def test_pass1_sets_option_chooses_the_shipped_sets_and_refuses_unknown_names(ca
     from app.cmd_train import pass1_sets
 
     chosen = pass1_sets(argparse.Namespace(prompts=None, pass1_sets=None))
-    assert [path.name for _name, path in chosen] == [PASS1_FILE, PASS1_B_FILE, EDITS_FILE]
+    assert [path.name for _name, path in chosen] == [PASS1_FILE, PASS1_B_FILE, EDITS_FILE, EDITS_B_FILE]
     assert all(path.is_file() for _name, path in chosen)
     only = pass1_sets(argparse.Namespace(prompts=None, pass1_sets=pass1_set_names("edits, requests_b")))
     assert [path.name for _name, path in only] == [EDITS_FILE, PASS1_B_FILE]
@@ -325,3 +327,16 @@ def test_train_eval_pass1_on_the_request_pair(tmp_path, tasks, capsys):
         assert [r[mode] for r in alone] == [run.outcome for run in runs]
         assert summary["alone"][mode] == sum(run.passed for run in runs)
     assert summary["followups"]["n"] == 1 and report["replies"][-1]["turn"] == 2
+
+
+@pytest.mark.parametrize("set_file", [EDITS_FILE, EDITS_B_FILE])
+def test_no_edit_of_a_held_out_chat_is_a_sentence_the_training_edits_say(set_file):
+    """The edit turns are held out from the training follow-ups' own sentences (a template with a
+    function's own names in it, "Call it X instead.", may still match: those are judged on
+    functions the training never edited)."""
+    from training import followups
+
+    said = {_norm(ask) for edit in followups.EDITS for ask in edit.followups if "{" not in ask}
+    said |= {_norm(ask) for ask in followups.DOCSTRING_FOLLOWUPS}
+    asked = [t for t in read_tasks(ROOT / "assets" / "prompts" / set_file) if t.edit]
+    assert asked and not [t.name for t in asked if _norm(t.prompt) in said]

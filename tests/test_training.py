@@ -582,3 +582,29 @@ def test_train_proposals_counts_the_target_replies_and_the_draft_then_proposes_o
     assert "--pool" in capsys.readouterr().err
     assert cli(["train", "proposals", "--target", str(target), "--draft", str(draft_dir), "--size", "100000",
                 "--pool", str(work / "proposal_sequences.pt")]) == 2
+
+
+def test_own_replies_are_the_model_greedy_answers_kept_for_a_resume(tmp_path, tokenizer_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.own_replies import own_replies, reply_prompts
+    from training.request_data import is_held
+    from training.task_families import all_tasks
+
+    target_dir = tiny_target(tmp_path, tokenizer_dir)
+    model = AutoModelForCausalLM.from_pretrained(str(target_dir))
+    tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
+    rows = reply_prompts(5, seed=3)
+    held = {t.request for t in all_tasks() if is_held(t.code)}
+    assert len(rows) == 5 and not held & {r["request"] for r in rows}  # training requests only
+    path = tmp_path / "work" / "own_replies.jsonl"
+    replies = own_replies(path, model, tokenizer, 5, seed=3)
+    assert [r["user"] for r in replies] == [r["user"] for r in rows] and all(isinstance(r["reply"], str) for r in replies)
+    assert own_replies(path, None, None, 5, seed=3) == replies  # read back, not generated again (no model given)
+
+
+def test_own_replies_need_a_model_to_answer_and_the_coder_data(tmp_path, tokenizer_dir, capsys):
+    args = ["train", "target", "--out", str(tmp_path / "t"), "--tokenizer", str(tokenizer_dir), "--data", "coder",
+            "--own-replies", "10", "--max-steps", "1", "--no-progress"]
+    assert cli(args) != 0
+    assert "--own-replies needs --init" in capsys.readouterr().err

@@ -14,6 +14,7 @@ skipped for that edit."""
 
 from __future__ import annotations
 
+import ast
 import random
 import re
 from dataclasses import dataclass
@@ -25,7 +26,18 @@ NUMBER_PARAMS = {"n", "x", "number", "num", "value", "celsius", "fahrenheit", "k
                  "kilograms", "pounds", "meters", "feet", "inches", "centimeters", "liters", "gallons", "degrees",
                  "radians", "bytes", "age", "year", "amount", "radius", "side", "width", "height", "length"}
 LIST_PARAMS = {"numbers", "items", "values", "words", "strings", "nums", "lst", "scores", "prices", "names"}
-TEXT_PARAMS = {"text", "word", "sentence", "string", "s"}
+TEXT_PARAMS = {"text", "word", "sentence", "string", "s", "name"}
+NUMBER_LISTS = {"numbers", "values", "nums", "scores", "prices"}
+# whole-number parameters (a TypeError edit checks for int); the other NUMBER_PARAMS take floats too
+INT_PARAMS = {"n", "number", "num", "age", "year", "bytes"}
+# a default a user might give a trailing parameter, by its name
+DEFAULTS = {"n": "3", "k": "2", "threshold": "0", "char": "' '", "fill": "' '", "letter": "'a'", "width": "10",
+            "divisor": "2", "shift": "1", "multiple": "2", "window": "3", "tolerance": "1e-9", "suffix": "'!'",
+            "prefix": "'> '", "default": "None", "attempts": "3", "height": "1", "sep": "' '",
+            "separator": "', '", "limit": "10", "places": "2", "digits": "2", "times": "2", "count": "1"}
+# words in a function's name that say it returns a number with a fraction (what a rounding edit fits)
+FRACTION_WORDS = {"average", "mean", "median", "to", "convert", "area", "percent", "percentage", "ratio", "divide",
+                  "speed", "bmi", "interest", "discount", "tax", "fraction", "distance", "volume", "circumference"}
 
 
 @dataclass(frozen=True)
@@ -122,11 +134,87 @@ def add_docstring(request: str) -> Callable[[Function], str | None]:
     return apply
 
 
+def single_return(fn: Function) -> str | None:
+    """The expression of a body whose only ``return`` is its last line, at the function's level."""
+    returns = [line for line in fn.body if line.strip().startswith("return")]
+    last = fn.body[-1] if fn.body else ""
+    return last[len("    return "):] if len(returns) == 1 and last.startswith("    return ") else None
+
+
+def round_result(fn: Function) -> str | None:
+    """``return EXPR`` -> ``return round(EXPR, 2)`` where the name says the result has a fraction."""
+    expr = single_return(fn)
+    p, words = (fn.plain_params or [""])[0], set(fn.name.lower().split("_"))
+    # "x_to_y" converts a number; a list function's "to" ("move_zeros_to_end") says nothing of fractions
+    says_fraction = bool((FRACTION_WORDS - {"to"}) & words) or ("to" in words and p in NUMBER_PARAMS - INT_PARAMS)
+    if (expr is None or p not in NUMBER_PARAMS | NUMBER_LISTS or not says_fraction or "round(" in expr
+            or "None" in expr or returns_a_list(fn)):
+        return None
+    return fn.source(body=fn.body[:-1] + [f"    return round({expr}, 2)"])
+
+
+def sort_result(fn: Function) -> str | None:
+    """``return [..]`` -> ``return sorted([..])`` for a function that returns a list."""
+    expr = single_return(fn)
+    try:
+        node = ast.parse(expr, mode="eval").body if expr else None
+    except SyntaxError:
+        node = None
+    is_list = isinstance(node, (ast.List, ast.ListComp)) or (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "list")
+    if not is_list or "sorted(" in expr:
+        return None
+    return fn.source(body=fn.body[:-1] + [f"    return sorted({expr})"])
+
+
+def strip_text(fn: Function) -> str | None:
+    """Strip a text parameter's surrounding whitespace before anything else."""
+    p = fn.plain_params[0] if fn.plain_params else ""
+    if p not in TEXT_PARAMS or ".strip()" in "\n".join(fn.body):
+        return None
+    return fn.source(body=[f"    {p} = {p}.strip()"] + fn.body)
+
+
+def skip_none(fn: Function) -> str | None:
+    """Drop the ``None`` items of a list parameter first."""
+    p = fn.plain_params[0] if fn.plain_params else ""
+    if p not in LIST_PARAMS or "None" in "\n".join(fn.body):
+        return None
+    return fn.source(body=[f"    {p} = [item for item in {p} if item is not None]"] + fn.body)
+
+
+def type_check(kind: str) -> Callable[[Function], str | None]:
+    """Raise TypeError unless the first parameter is of ``kind``: "int", "number", "list" or "str"."""
+    fits = {"int": INT_PARAMS, "number": NUMBER_PARAMS - INT_PARAMS, "list": LIST_PARAMS, "str": TEXT_PARAMS}[kind]
+    test = {"int": "int", "number": "(int, float)", "list": "list", "str": "str"}[kind]
+    said = {"int": "an int", "number": "a number", "list": "a list", "str": "a string"}[kind]
+
+    def apply(fn: Function) -> str | None:
+        p = fn.plain_params[0] if fn.plain_params else ""
+        if p not in fits or "isinstance" in "\n".join(fn.body):
+            return None
+        return guard(fn, f"not isinstance({p}, {test})", f'raise TypeError("{p} must be {said}")')
+    return apply
+
+
+def default_last(fn: Function) -> str | None:
+    """Give the last of two or more parameters the default its name suggests (``DEFAULTS``)."""
+    if len(fn.params) < 2 or "=" in fn.params[-1] or fn.plain_params[-1] not in DEFAULTS:
+        return None
+    return fn.source(params=fn.params[:-1] + [f"{fn.plain_params[-1]}={DEFAULTS[fn.plain_params[-1]]}"])
+
+
 @dataclass(frozen=True)
 class Edit:
     followups: tuple[str, ...]  # what a user types after the first reply
     clauses: tuple[str, ...]  # the same said inside the first request ("" if it cannot be)
     rewrite: Callable[[Function], str | None]
+
+    def ask(self, fn: Function, rng: random.Random) -> str:
+        """One of the follow-ups, with the function's own parameter names filled in."""
+        last = fn.plain_params[-1] if fn.plain_params else ""
+        return rng.choice(self.followups).format(p=fn.plain_params[0] if fn.plain_params else "input",
+                                                 last=last, value=DEFAULTS.get(last, ""))
 
 
 EDITS = (
@@ -151,8 +239,31 @@ EDITS = (
     Edit(("Now make it work on a whole list.", "Change it to take a list and return a list of results.",
           "Make it convert a whole list.", "Now do it for every item in a list.", "can it take a list instead?"),
          (), whole_list),
-    Edit(("Make it ignore case.", "Now make it case-insensitive.", "It should not care about upper or lower case."),
+    Edit(("Have it ignore case.", "Now make it case-insensitive.", "It should not care about upper or lower case."),
          ("ignoring case",), ignore_case),
+    Edit(("Round what it returns to 2 decimal places.", "round it to 2 decimals", "Make it return the answer rounded to two decimals.",
+          "Can you round the output to 2 places?"),
+         ("rounded to 2 decimal places",), round_result),
+    Edit(("Return the result sorted.", "sort the list before returning it", "Make the returned list sorted."),
+         ("as a sorted list",), sort_result),
+    Edit(("Strip the spaces around the {p} first.", "strip whitespace from the {p} first",
+          "Make it ignore spaces at the start and the end.", "trim the input before using it"),
+         ("after stripping surrounding spaces",), strip_text),
+    Edit(("Skip any None values in the list.", "ignore None items in the list", "Make it ignore None entries.",
+          "The list may contain None; leave those out."),
+         ("skipping None values",), skip_none),
+    Edit(("Make it raise a TypeError if {p} isn't an int.", "raise TypeError when {p} is not an integer",
+          "It should raise TypeError for anything but an int."),
+         ("and raise TypeError if it is not an int",), type_check("int")),
+    Edit(("Make it raise a TypeError if {p} is not a number.", "raise TypeError for input that isn't a number"),
+         ("and raise TypeError if it is not a number",), type_check("number")),
+    Edit(("Make it raise a TypeError if {p} is not a list.", "raise a TypeError when it isn't given a list"),
+         ("and raise TypeError if it is not given a list",), type_check("list")),
+    Edit(("Make it raise a TypeError if {p} is not a string.", "raise TypeError when the input isn't a str"),
+         ("and raise TypeError if it is not a string",), type_check("str")),
+    Edit(("Make {last} default to {value}.", "let {last} default to {value}", "Give {last} a default value of {value}.",
+          "{last} should be optional, with a default of {value}."),
+         (), default_last),
 )
 DOCSTRING_FOLLOWUPS = ("Add a docstring.", "Now add a docstring to it.", "Please document it with a docstring.")
 RENAME_FOLLOWUPS = ("Rename it to {name}.", "Call it {name} instead.", "Can you name the function {name}?")
@@ -202,7 +313,7 @@ def followup_chats(tasks: list[Task], rng: random.Random, render_request, max_tu
                 new = spelled_name(task, rng)
                 code, ask = current.source(name=new), rng.choice(RENAME_FOLLOWUPS).format(name=new)
             else:
-                code, ask = edit.rewrite(current), rng.choice(edit.followups)
+                code, ask = edit.rewrite(current), edit.ask(current, rng)
             if code is None:
                 continue
             messages += [{"role": "user", "content": ask}, {"role": "assistant", "content": code}]
@@ -239,4 +350,32 @@ def named_chats(tasks: list[Task], rng: random.Random, third_person) -> list[lis
         template = rng.choice(NAMED_REQUESTS)
         request = template.format(name=name, imp=task.request, third=third_person(task.request))
         out.append([{"role": "user", "content": request}, {"role": "assistant", "content": fn.source(name=name)}])
+    return out
+
+
+def own_reply_chats(tasks: list[Task], replies: list[dict], rng: random.Random) -> list[list[dict]]:
+    """Edits that follow a reply the model itself wrote (``replies``: rows of ``request``, the
+    task's request; ``user``, the words sent; ``reply``, the model's greedy answer), right or
+    wrong, answered by the task's own function with the edit applied, under the task's name:
+    the edit of a reply that missed is still the function the user asked for."""
+    by_request: dict[str, Task] = {}
+    for task in tasks:  # tasks that share a request are solutions of it alike: the first one answers
+        by_request.setdefault(task.request, task)
+    out = []
+    for row in replies:
+        task = by_request.get(row["request"])
+        fn = Function.parse(task.code) if task else None
+        if fn is None:
+            continue
+        edits = [e for e in EDITS if e.rewrite(fn)] + (["doc"] if fn.doc is None else []) + ["rename"]
+        edit = rng.choice(edits)
+        if edit == "doc":
+            code, ask = add_docstring(task.request)(fn), rng.choice(DOCSTRING_FOLLOWUPS)
+        elif edit == "rename":
+            new = spelled_name(task, rng)
+            code, ask = fn.source(name=new), rng.choice(RENAME_FOLLOWUPS).format(name=new)
+        else:
+            code, ask = edit.rewrite(fn), edit.ask(fn, rng)
+        out.append([{"role": "user", "content": row["user"]}, {"role": "assistant", "content": row["reply"]},
+                    {"role": "user", "content": ask}, {"role": "assistant", "content": code}])
     return out

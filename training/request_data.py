@@ -418,13 +418,18 @@ def build_wording_streams(tokenizer, corpus: Path | None, seed: int, log=print) 
 
 # shares of the chat tokens in `--data coder`
 CODER_SHARES = {"tasks": 0.36, "followups": 0.2, "stated": 0.1, "records": 0.22, "docstrings": 0.12}
+# with the model's own replies (`train target --own-replies`): edits of them take a share of the
+# records' and the one-turn tasks'
+OWN_REPLY_SHARES = {**CODER_SHARES, "tasks": 0.32, "records": 0.18, "own": 0.08}
 CODER_PHRASINGS = 12  # wrappers per task (each around one of the task's wordings)
 
 
-def coder_conversations(rng: random.Random, tasks, paraphrase_map: dict[str, list[str]]) -> dict[str, list[str]]:
-    """{'followups'|'stated': chat texts}: edits of a previous reply and requests that state an
-    edge case or a name (``followups``), on the function tasks (classes are left out)."""
-    from .followups import edge_case_chats, followup_chats, named_chats
+def coder_conversations(rng: random.Random, tasks, paraphrase_map: dict[str, list[str]],
+                        own_replies: list[dict] | None = None) -> dict[str, list[str]]:
+    """{'followups'|'stated'|'own': chat texts}: edits of a previous reply and requests that state
+    an edge case or a name (``followups``), on the function tasks (classes are left out); edits
+    of the model's own replies to those tasks (``own_reply_chats``), where there are any."""
+    from .followups import edge_case_chats, followup_chats, named_chats, own_reply_chats
     from .tokenizer import render_chat
 
     functions = [t for t in tasks if t.code.startswith("def ")]
@@ -439,14 +444,18 @@ def coder_conversations(rng: random.Random, tasks, paraphrase_map: dict[str, lis
     follow = [render_chat(m) for _ in range(2) for m in followup_chats(functions, rng, one_request)]
     stated = [render_chat(m) for m in edge_case_chats(functions, rng, with_clause)]
     stated += [render_chat(m) for _ in range(2) for m in named_chats(functions, rng, third_person)]
-    return {"followups": follow, "stated": stated}
+    own = [render_chat(m) for m in own_reply_chats(functions, own_replies or [], rng)]
+    return {"followups": follow, "stated": stated, "own": own}
 
 
-def build_coder_streams(tokenizer, corpus: Path | None, seed: int, log=print) -> dict:
+def build_coder_streams(tokenizer, corpus: Path | None, seed: int, log=print,
+                        own_replies: list[dict] | None = None) -> dict:
     """`--data coder`: the default coder's data. The task families plus the extra tasks
     (``task_data``), each request in many wordings; follow-ups that edit the previous function;
     requests that state an edge case or the function's name; the record tasks with invented
-    words (copying names); docstring pairs from real code; and raw code (``CODER_SHARES``)."""
+    words (copying names); docstring pairs from real code; and raw code (``CODER_SHARES``).
+    ``own_replies`` (``own_replies.py``): edits that follow the model's own first replies too
+    (``OWN_REPLY_SHARES``)."""
     from .corpus import read_source, split_files
     from .record_tasks import identifier_words, invented_words, record_tasks
     from .task_data import extra_tasks, paraphrases
@@ -467,7 +476,8 @@ def build_coder_streams(tokenizer, corpus: Path | None, seed: int, log=print) ->
         package_files += sorted(p for p in root.rglob("*.py") if "tests" not in p.parts and "test" not in p.parts)
     docs = {"train": docstring_examples(train_files + package_files, rng, UNNAMED_DOCSTRING_SHARE),
             "held": docstring_examples(held_files, rng, UNNAMED_DOCSTRING_SHARE)}
-    talks = {"train": coder_conversations(rng, train_tasks, paraphrase_map),
+    shares = OWN_REPLY_SHARES if own_replies else CODER_SHARES
+    talks = {"train": coder_conversations(rng, train_tasks, paraphrase_map, own_replies),
              "held": coder_conversations(rng, held_tasks, paraphrase_map)}
     stdlib_raw = {"train": [read_source(p) for p in rng.sample(train_files, len(train_files) // 3)],
                   "held": [read_source(p) for p in held_files[:8]]}
@@ -476,14 +486,15 @@ def build_coder_streams(tokenizer, corpus: Path | None, seed: int, log=print) ->
         syn_chat, syn_raw = synthetic[split]
         rec_chat, rec_raw = records[split]
         doc_chat, doc_raw = docs[split]
-        chat = mix([(syn_chat, CODER_SHARES["tasks"]), (talks[split]["followups"], CODER_SHARES["followups"]),
-                    (talks[split]["stated"], CODER_SHARES["stated"]), (rec_chat, CODER_SHARES["records"]),
-                    (doc_chat, CODER_SHARES["docstrings"])], rng)
+        chat = mix([(syn_chat, shares["tasks"]), (talks[split]["followups"], shares["followups"]),
+                    (talks[split]["stated"], shares["stated"]), (rec_chat, shares["records"]),
+                    (doc_chat, shares["docstrings"]), (talks[split]["own"], shares.get("own", 0.0))], rng)
         raw = mix([(syn_raw * 3 + rec_raw + doc_raw, 1.0 - STDLIB_RAW_SHARE), (stdlib_raw[split], STDLIB_RAW_SHARE)], rng)
         streams.update(split_streams(tokenizer, split, chat, raw, rng))
     log("coder data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in streams.items() if "_train_" not in k)
         + f"; {len(tasks)} tasks ({len(paraphrase_map)} with paraphrases), "
-        f"{len(talks['train']['followups'])} follow-up chats, {len(talks['train']['stated'])} stated-case requests")
+        f"{len(talks['train']['followups'])} follow-up chats, {len(talks['train']['stated'])} stated-case requests, "
+        f"{len(talks['train']['own'])} edits of the model's own replies")
     return streams
 
 

@@ -4,6 +4,8 @@ generation_config.json and the tokenizer, so AutoModelForCausalLM/AutoTokenizer 
 
 from __future__ import annotations
 
+import functools
+
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -303,7 +305,7 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
                  cfg: TargetTrainConfig | None = None, budget: Budget | None = None,
                  seed: int = 0, threads: int | None = None, progress: bool = True,
                  init: Path | None = None, unlikelihood: Path | None = None,
-                 train_from_layer: int = 0, data_mix: str = "corpus", log=print) -> dict:
+                 train_from_layer: int = 0, data_mix: str = "corpus", own_replies: int = 0, log=print) -> dict:
     """Train from scratch, or fine-tune ``init`` (a saved target: its shape wins over ``shape``).
     ``unlikelihood``: a `train draft` work directory (or its train_sequences.pt) whose looping
     continuations get the unlikelihood term on top of the usual next-token loss.
@@ -311,7 +313,9 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
     final norm; below it (and the tied embedding / lm_head) the target stays bit-identical, so a
     DFlash draft that reads features from those layers keeps its inputs.
     ``data_mix``: "corpus" (raw source + docstring chat pairs) or "requests" (request -> code
-    fine-tuning data, ``request_data.build_request_streams``)."""
+    fine-tuning data, ``request_data.build_request_streams``).
+    ``own_replies``: with ``init`` and ``data_mix`` "coder", ``init`` first answers this many
+    training requests, and the follow-up chats also edit those replies (``own_replies.py``)."""
     from .tokenizer import load_tokenizer
 
     out = Path(out)
@@ -322,7 +326,10 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
     gen = set_seed(seed)
     tokenizer = load_tokenizer(tokenizer_dir or init)
     jlog = JsonlLog(work / "log.jsonl")
-    data = _target_data(work / "data.pt", tokenizer, corpus, seed, log, data_mix)
+    if own_replies and (init is None or data_mix != "coder"):
+        raise InvalidRequestError("train target: --own-replies needs --init (the model that answers) and --data coder")
+    data = _target_data(work / "data.pt", tokenizer, corpus, seed, log, data_mix,
+                        own=(init, work / "own_replies.jsonl", own_replies) if own_replies else None)
     jlog.write("data", **{k: len(v) for k, v in data.items()})
 
     torch.manual_seed(seed)
@@ -351,12 +358,23 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
     return res
 
 
-def _target_data(path: Path, tokenizer, corpus: Path | None, seed: int, log, data_mix: str = "corpus") -> dict:
-    """The token streams (built once, then read back on a resume)."""
+def _target_data(path: Path, tokenizer, corpus: Path | None, seed: int, log, data_mix: str = "corpus",
+                 own: tuple[Path, Path, int] | None = None) -> dict:
+    """The token streams (built once, then read back on a resume). ``own``: (the model that
+    answers, where its replies are kept, how many) for follow-ups over the model's own replies."""
     if path.exists():
         return torch.load(path, weights_only=True)
     t0 = time.time()
-    data = data_builder(data_mix)(tokenizer, corpus, seed)
+    build = data_builder(data_mix)
+    if own:
+        from transformers import Qwen3ForCausalLM
+
+        from .own_replies import own_replies
+        answerer, replies_path, n = own
+        model = Qwen3ForCausalLM.from_pretrained(str(answerer), dtype=torch.float32)
+        build = functools.partial(build, own_replies=own_replies(replies_path, model, tokenizer, n, seed, log))
+        del model
+    data = build(tokenizer, corpus, seed)
     save_checkpoint(path, data)
     log("data: " + ", ".join(f"{k} {len(v):,} tokens" for k, v in data.items()) + f" ({time.time() - t0:.0f} s)")
     return data

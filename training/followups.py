@@ -294,6 +294,17 @@ def spelled_name(task: Task, rng: random.Random) -> str:
     return name
 
 
+def follow_up(edit: "Edit | str", fn: Function, task: Task, rng: random.Random) -> tuple[str | None, str]:
+    """(the edited function or None where the edit does not fit, what the user asks): ``edit`` is
+    one of ``EDITS``, "doc" or "rename"."""
+    if edit == "doc":
+        return add_docstring(task.request)(fn), rng.choice(DOCSTRING_FOLLOWUPS)
+    if edit == "rename":
+        new = spelled_name(task, rng)
+        return fn.source(name=new), rng.choice(RENAME_FOLLOWUPS).format(name=new)
+    return edit.rewrite(fn), edit.ask(fn, rng)
+
+
 def followup_chats(tasks: list[Task], rng: random.Random, render_request, max_turns: int = 3) -> list[list[dict]]:
     """Conversations of 2-``max_turns`` user turns: a task's request and solution, then edits
     that fit it, each answered by the edited function (same name)."""
@@ -307,13 +318,7 @@ def followup_chats(tasks: list[Task], rng: random.Random, render_request, max_tu
         messages = [{"role": "user", "content": render_request(task, rng)}, {"role": "assistant", "content": task.code}]
         current = fn
         for edit in edits[: rng.randint(1, max_turns - 1)]:
-            if edit == "doc":
-                code, ask = add_docstring(task.request)(current), rng.choice(DOCSTRING_FOLLOWUPS)
-            elif edit == "rename":
-                new = spelled_name(task, rng)
-                code, ask = current.source(name=new), rng.choice(RENAME_FOLLOWUPS).format(name=new)
-            else:
-                code, ask = edit.rewrite(current), edit.ask(current, rng)
+            code, ask = follow_up(edit, current, task, rng)
             if code is None:
                 continue
             messages += [{"role": "user", "content": ask}, {"role": "assistant", "content": code}]
@@ -368,14 +373,7 @@ def own_reply_chats(tasks: list[Task], replies: list[dict], rng: random.Random) 
         if fn is None:
             continue
         edits = [e for e in EDITS if e.rewrite(fn)] + (["doc"] if fn.doc is None else []) + ["rename"]
-        edit = rng.choice(edits)
-        if edit == "doc":
-            code, ask = add_docstring(task.request)(fn), rng.choice(DOCSTRING_FOLLOWUPS)
-        elif edit == "rename":
-            new = spelled_name(task, rng)
-            code, ask = fn.source(name=new), rng.choice(RENAME_FOLLOWUPS).format(name=new)
-        else:
-            code, ask = edit.rewrite(fn), edit.ask(fn, rng)
+        code, ask = follow_up(rng.choice(edits), fn, task, rng)
         out.append([{"role": "user", "content": row["user"]}, {"role": "assistant", "content": row["reply"]},
                     {"role": "user", "content": ask}, {"role": "assistant", "content": code}])
     return out

@@ -419,7 +419,8 @@ def _register_eval(sub) -> None:
     p.add_argument("--pass1-sets", type=pass1_set_names, default=None, metavar="SET[,SET...]",
                    help="with --pass1: which sets to score (default all): requests "
                         "(assets/prompts/requests_pass1.jsonl), requests_b (requests_pass1_b.jsonl, a second set "
-                        "written apart), edits (followups_pass1.jsonl, chats whose later turns edit the previous "
+                        "written apart), requests_c (requests_pass1_c.jsonl, a third, written blind to the "
+                        "training data), edits (followups_pass1.jsonl, chats whose later turns edit the previous "
                         "function), edits_b (followups_pass1_b.jsonl, a second such set written apart); "
                         "--prompts replaces them with one file")
     p.add_argument("--draft", type=Path, default=None, help="with --pass1: the pair's draft (DFlash decoding)")

@@ -16,7 +16,7 @@ from training import draft_prompts, request_data
 from app.cmd_train import format_pass1_pair, pass1_set_names
 from engine.errors import InvalidRequestError
 from engine.events import Finished
-from training.pass1 import (EDITS_B_FILE, EDITS_FILE, PASS1_B_FILE, PASS1_FILE, PairReplies, SandboxLimits, Pass1Task, chats,
+from training.pass1 import (EDITS_B_FILE, EDITS_FILE, PASS1_B_FILE, PASS1_C_FILE, PASS1_FILE, PairReplies, SandboxLimits, Pass1Task, chats,
                                    check_reply, cut_after_first_definition, pair_replies, pick_function, read_tasks,
                                    reply_code, run_tests, score_pair, standalone)
 from training.task_families import all_tasks
@@ -171,7 +171,21 @@ def test_the_second_set_is_52_new_one_line_requests(tasks):
     assert not {t.entry_point for t in second} & {t.entry_point for t in tasks}  # other tasks, not rewordings
 
 
-@pytest.mark.parametrize("set_file", [PASS1_B_FILE, EDITS_FILE, EDITS_B_FILE])
+def test_the_third_set_is_52_one_line_requests_on_functions_no_other_set_asks_for(tasks):
+    third = read_tasks(ROOT / "assets" / "prompts" / PASS1_C_FILE)
+    assert len(third) == 52 and len({t.name for t in third}) == 52 == len({t.entry_point for t in third})
+    assert all(t.name.startswith("p3_") and not t.edit and t.chat is None for t in third)
+    for task in third:
+        assert task.entry_point.isidentifier() and 2 <= len(task.tests) <= 6, task.name
+        assert all("candidate(" in test for test in task.tests), task.name
+        assert "\n" not in task.prompt and "def " not in task.prompt, task.name
+    others = [row for name in (PASS1_FILE, PASS1_B_FILE, EDITS_FILE, EDITS_B_FILE)
+              for row in read_tasks(ROOT / "assets" / "prompts" / name)]
+    assert not {t.entry_point for t in third} & {t.entry_point for t in others}
+    assert not {_norm(t.prompt) for t in third} & {_norm(t.prompt) for t in others}
+
+
+@pytest.mark.parametrize("set_file", [PASS1_B_FILE, PASS1_C_FILE, EDITS_FILE, EDITS_B_FILE])
 def test_no_new_request_is_a_training_request(set_file):
     """Held out like the first set: no request of the new sets is a phrasing the request target trained on."""
     phrasings = {_norm(request_data.phrase(t.request, template)) for t in all_tasks()
@@ -195,7 +209,7 @@ def test_the_edit_chats_edit_the_function_of_the_turn_before(set_file):
     assert any(t.entry_point != chat[0].entry_point for chat in conversations for t in chat)  # renames
 
 
-@pytest.mark.parametrize("set_file", [PASS1_B_FILE, EDITS_FILE, EDITS_B_FILE])
+@pytest.mark.parametrize("set_file", [PASS1_B_FILE, PASS1_C_FILE, EDITS_FILE, EDITS_B_FILE])
 def test_every_new_reference_solution_passes_its_own_tests_and_a_do_nothing_reply_fails(set_file):
     for task in read_tasks(ROOT / "assets" / "prompts" / set_file):
         run = run_tests(task.solution, task.entry_point, task.tests)
@@ -276,7 +290,7 @@ def test_pass1_sets_option_chooses_the_shipped_sets_and_refuses_unknown_names(ca
     from app.cmd_train import pass1_sets
 
     chosen = pass1_sets(argparse.Namespace(prompts=None, pass1_sets=None))
-    assert [path.name for _name, path in chosen] == [PASS1_FILE, PASS1_B_FILE, EDITS_FILE, EDITS_B_FILE]
+    assert [path.name for _name, path in chosen] == [PASS1_FILE, PASS1_B_FILE, PASS1_C_FILE, EDITS_FILE, EDITS_B_FILE]
     assert all(path.is_file() for _name, path in chosen)
     only = pass1_sets(argparse.Namespace(prompts=None, pass1_sets=pass1_set_names("edits, requests_b")))
     assert [path.name for _name, path in only] == [EDITS_FILE, PASS1_B_FILE]

@@ -38,8 +38,8 @@ PROMPT_PACKAGES = {
 }
 EVAL_SETS = ("unseen.jsonl", "unseen2.jsonl", "unseen3.jsonl", "unseen4.jsonl", "unseen5.jsonl",
              "unseen6.jsonl", "heldout_requests.jsonl", "val_requests.jsonl", "fresh_requests.jsonl",
-             "requests_pass1.jsonl", "requests_pass1_b.jsonl", "followups_pass1.jsonl",
-             "followups_pass1_b.jsonl")
+             "requests_pass1.jsonl", "requests_pass1_b.jsonl", "requests_pass1_c.jsonl",
+             "followups_pass1.jsonl", "followups_pass1_b.jsonl")
 PROMPTS_DIR = Path(__file__).resolve().parents[1] / "assets" / "prompts"
 HEALED_SHARE = 0.5  # of the code prefixes: sent as the Complete tab sends them; the rest as written
 MAX_PER_FILE = 12  # so that one huge module (sympy, numpy) cannot fill the set

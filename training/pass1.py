@@ -20,10 +20,11 @@ changes the function of the turn before ("now make it raise ValueError for negat
 it X instead"): its tests check the function as it should be after the edit, and it is only
 ever judged as a follow-up, since an edit alone asks for nothing.
 
-Four sets ship (``PASS1_SETS``): two of one-line requests (the second written apart from the
-first, to see how far a figure on one holds on another) and two of conversations whose later
-turns edit the previous function (the second written apart from the training edits and from
-the first set, after the first set's failures had been read)."""
+Five sets ship (``PASS1_SETS``): three of one-line requests (the second written apart from the
+first, to see how far a figure on one holds on another; the third written by someone who had read
+neither the training data nor the tasks added to it at the same time) and two of conversations
+whose later turns edit the previous function (the second written apart from the training edits
+and from the first set, after the first set's failures had been read)."""
 
 from __future__ import annotations
 
@@ -38,10 +39,12 @@ from pathlib import Path
 
 PASS1_FILE = "requests_pass1.jsonl"
 PASS1_B_FILE = "requests_pass1_b.jsonl"
+PASS1_C_FILE = "requests_pass1_c.jsonl"
 EDITS_FILE = "followups_pass1.jsonl"
 EDITS_B_FILE = "followups_pass1_b.jsonl"
 # the sets `train eval --pass1` scores, by the name its --pass1-sets option takes
-PASS1_SETS = {"requests": PASS1_FILE, "requests_b": PASS1_B_FILE, "edits": EDITS_FILE, "edits_b": EDITS_B_FILE}
+PASS1_SETS = {"requests": PASS1_FILE, "requests_b": PASS1_B_FILE, "requests_c": PASS1_C_FILE, "edits": EDITS_FILE,
+              "edits_b": EDITS_B_FILE}
 RESULT_MARK = "\x00pass1-result\x00"
 # CLONE_NEWNET alone (root), else with CLONE_NEWUSER (an unprivileged user namespace)
 _NEWNET, _NEWUSER = 0x40000000, 0x10000000

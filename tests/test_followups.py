@@ -141,6 +141,10 @@ def test_rounding_rounds_what_the_function_returned_to_two_places():
         assert new_fn.name == fn.name and new(*args) == round(old(*args), 2), after
     count = Function.parse("def count_uppercase(text):\n    return sum(1 for c in text if c.isupper())")
     assert followups.round_result(count) is None  # a count has no fraction to round ("upper" is not "per")
+    pair = Function.parse("def polar_to_cartesian(radius, angle):\n    return (radius * 0.5, radius * 2)")
+    built = Function.parse("def running_average(numbers):\n    averages = []\n    for n in numbers:\n"
+                           "        averages.append(n / 2)\n    return averages")
+    assert followups.round_result(pair) is None and followups.round_result(built) is None  # round() takes one number
 
 
 def test_sorting_returns_the_same_items_in_order():

@@ -148,9 +148,23 @@ def round_result(fn: Function) -> str | None:
     # "x_to_y" converts a number; a list function's "to" ("move_zeros_to_end") says nothing of fractions
     says_fraction = bool((FRACTION_WORDS - {"to"}) & words) or ("to" in words and p in NUMBER_PARAMS - INT_PARAMS)
     if (expr is None or p not in NUMBER_PARAMS | NUMBER_LISTS or not says_fraction or "round(" in expr
-            or "None" in expr or returns_a_list(fn)):
+            or "None" in expr or returns_a_list(fn) or returns_a_collection(fn, expr)):
         return None
     return fn.source(body=fn.body[:-1] + [f"    return round({expr}, 2)"])
+
+
+def returns_a_collection(fn: Function, expr: str) -> bool:
+    """A returned tuple, list, dict or set, written as one or built in a name (``return (x, y)``,
+    ``return averages`` after ``averages.append(..)``): round() takes one number."""
+    try:
+        node = ast.parse(expr, mode="eval").body
+    except SyntaxError:
+        return True
+    if isinstance(node, (ast.Tuple, ast.List, ast.ListComp, ast.Dict, ast.DictComp, ast.Set, ast.SetComp)):
+        return True
+    body = "\n".join(fn.body)
+    return isinstance(node, ast.Name) and bool(
+        re.search(rf"\b{node.id}\s*=\s*[\[{{]|\b{node.id}\.(append|extend|add)\(", body))
 
 
 def sort_result(fn: Function) -> str | None:

@@ -6,9 +6,10 @@
 Each row is one of the tested extra tasks (``training/data/extra_tasks.txt``) asked in one of its
 own wordings, wrapped as "Write a function that ...", with the task's own asserts as its tests.
 ``--since REV`` keeps only the tasks added after git revision REV, ``--until REV`` only those
-there at REV: the tasks a target was trained on, or the ones added after its data was built. Set beside the held-out sets,
-the figure separates what the target learnt from what it generalises: the held-out sets never
-ask a task under its trained name, so they cannot show what more training tasks buy.
+there at REV: the tasks a target was trained on, or the ones added after its data was built.
+Set beside the held-out sets, the figure separates what the target learnt from what it
+generalises: the held-out sets never ask a task under its trained name, so they cannot show
+what more training tasks buy.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import random
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,8 +64,6 @@ def names_at(revision: str) -> frozenset[str]:
 
 
 def main() -> None:
-    import sys
-
     sys.path.insert(0, str(ROOT))
     from training.task_data import tested_tasks
 

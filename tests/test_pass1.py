@@ -159,26 +159,26 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().strip().rstrip(".?!").split())
 
 
-def test_the_second_set_is_52_new_one_line_requests(tasks):
-    second = read_tasks(SECOND)
-    assert len(second) == 52 and len({t.name for t in second}) == 52
-    assert all(t.name.startswith("p2_") and not t.edit and t.chat is None for t in second)
-    for task in second:
+def assert_52_one_line_requests(rows, prefix: str) -> None:
+    assert len(rows) == 52 and len({t.name for t in rows}) == 52
+    assert all(t.name.startswith(prefix) and not t.edit and t.chat is None for t in rows)
+    for task in rows:
         assert task.entry_point.isidentifier() and 2 <= len(task.tests) <= 6, task.name
         assert all("candidate(" in test for test in task.tests), task.name
         assert "\n" not in task.prompt and "def " not in task.prompt, task.name
+
+
+def test_the_second_set_is_52_new_one_line_requests(tasks):
+    second = read_tasks(SECOND)
+    assert_52_one_line_requests(second, "p2_")
     assert not {_norm(t.prompt) for t in second} & {_norm(t.prompt) for t in tasks}  # written apart
     assert not {t.entry_point for t in second} & {t.entry_point for t in tasks}  # other tasks, not rewordings
 
 
 def test_the_third_set_is_52_one_line_requests_on_functions_no_other_set_asks_for(tasks):
     third = read_tasks(ROOT / "assets" / "prompts" / PASS1_C_FILE)
-    assert len(third) == 52 and len({t.name for t in third}) == 52 == len({t.entry_point for t in third})
-    assert all(t.name.startswith("p3_") and not t.edit and t.chat is None for t in third)
-    for task in third:
-        assert task.entry_point.isidentifier() and 2 <= len(task.tests) <= 6, task.name
-        assert all("candidate(" in test for test in task.tests), task.name
-        assert "\n" not in task.prompt and "def " not in task.prompt, task.name
+    assert_52_one_line_requests(third, "p3_")
+    assert len({t.entry_point for t in third}) == 52
     others = [row for name in (PASS1_FILE, PASS1_B_FILE, EDITS_FILE, EDITS_B_FILE)
               for row in read_tasks(ROOT / "assets" / "prompts" / name)]
     assert not {t.entry_point for t in third} & {t.entry_point for t in others}

@@ -1,5 +1,7 @@
 """scripts/task_recall_set.py: a pass@1 set of training tasks, to measure what a target learnt."""
 
+import json
+
 from training.pass1 import read_tasks, run_tests
 from training import task_data
 from tests.script_loader import load_script
@@ -11,7 +13,7 @@ def test_every_row_asks_a_training_task_and_its_own_solution_passes_its_tests(tm
     assert len(rows) == 12 == len({r["entry_point"] for r in rows})
     assert rows == script.recall_rows(task_data.tested_tasks(), 12, seed=1)  # seeded
     path = tmp_path / "recall.jsonl"
-    path.write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     for task in read_tasks(path):
         assert task.prompt.startswith("Write a function that ") and task.prompt.endswith(".")
         assert all("candidate(" in test and f"{task.entry_point}(" not in test for test in task.tests)

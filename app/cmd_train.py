@@ -54,11 +54,14 @@ def run_target(args) -> int:
                             checkpoint_minutes=args.checkpoint_minutes,
                             eval_windows=args.eval_windows, samples=args.samples,
                             sample_tokens=args.sample_tokens,
-                            unlikelihood_weight=args.unlikelihood_weight)
+                            unlikelihood_weight=args.unlikelihood_weight, decay_minutes=args.decay_minutes)
     if args.tokenizer is None and args.init is None:
         raise InvalidRequestError("train target: give --tokenizer (from `train tokenizer`), or --init")
+    budget = _budget(args)
+    if args.decay_minutes and not budget.max_minutes:
+        raise InvalidRequestError("train target: --decay-minutes needs --max-minutes (the decay ends with the budget)")
     train_target(args.out, args.tokenizer, work=args.work, corpus=args.corpus, shape=shape,
-                 cfg=cfg, budget=_budget(args), seed=args.seed, threads=args.threads,
+                 cfg=cfg, budget=budget, seed=args.seed, threads=args.threads,
                  progress=not args.no_progress, init=args.init, unlikelihood=args.unlikelihood,
                  train_from_layer=args.train_from_layer, data_mix=args.data, own_replies=args.own_replies)
     return 0
@@ -312,6 +315,11 @@ def _register_target(sub) -> None:
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=1.5e-3)
+    p.add_argument("--decay-minutes", type=float, default=None,
+                   help="hold the peak learning rate and decay it over the budget's last N minutes "
+                        "(warmup-stable-decay), instead of a cosine over the whole run: a resumed run can "
+                        "be given a longer --max-minutes, and a copy of its work directory resumed with "
+                        "--max-minutes ELAPSED+N cools any checkpoint into a model")
     p.add_argument("--chat-fraction", type=float, default=0.5)
     p.add_argument("--name-weight", type=float, default=1.0,
                    help="with --data requests: loss weight of a reply's first line (the def/class name)")

@@ -16,7 +16,7 @@ import torch
 
 from app.cli import main as cli
 from engine.repetition import is_loop
-from training.common import Budget, ThreadGovernor, cosine_lr
+from training.common import Budget, ThreadGovernor, cosine_lr, decay_start
 from training.draft import (SequencePool, acceptance_stats, block_inputs, block_labels, decode_chain, loss_weights,
                                    sample_anchors, training_mask, trim_repetition)
 from training.tokenizer import CHAT_TEMPLATE, render_chat
@@ -307,6 +307,24 @@ def test_decode_chain_on_a_greedy_reply_equals_what_decoding_measures():
                                               loss_weights(cfg.block_size, cfg.decay_gamma()), None,
                                               torch.device("cpu"), eval_anchors=len(seq))
     assert decode_chain(correct[0], weight[0]) == list(finished.acceptance_lengths)
+
+
+def test_warmup_stable_decay_holds_the_peak_and_cools_any_checkpoint():
+    long_run = Budget(max_minutes=600)
+    start = decay_start(long_run, 30)
+    assert math.isclose(start, 0.95)
+    assert decay_start(long_run, None) is None
+    lrs = [cosine_lr(long_run.progress(0, 0, m * 60), 3e-4, 0.03, 0.1, start) for m in (100, 300, 569)]
+    assert lrs == [3e-4] * 3  # after warmup the peak is held until the last 30 minutes
+    assert cosine_lr(1.0, 3e-4, 0.03, 0.1, start) == pytest.approx(3e-5)
+    # a checkpoint at minute 120, resumed with a budget of 120 + 30 minutes: the decay starts right there
+    branch = Budget(max_minutes=150)
+    at_checkpoint = branch.progress(0, 0, 120 * 60)
+    assert cosine_lr(at_checkpoint, 3e-4, 0.03, 0.1, decay_start(branch, 30)) == pytest.approx(3e-4)
+    halfway = cosine_lr(branch.progress(0, 0, 135 * 60), 3e-4, 0.03, 0.1, decay_start(branch, 30))
+    assert halfway == pytest.approx(3e-4 * (0.1 + 0.9 * 0.5))
+    with pytest.raises(ValueError, match="time budget"):
+        decay_start(Budget(max_steps=100), 30)
 
 
 def test_budget_schedule_and_loop_detector():
@@ -608,3 +626,11 @@ def test_own_replies_need_a_model_to_answer_and_the_coder_data(tmp_path, tokeniz
             "--own-replies", "10", "--max-steps", "1", "--no-progress"]
     assert cli(args) != 0
     assert "--own-replies needs --init" in capsys.readouterr().err
+
+
+def test_a_decay_in_minutes_needs_a_time_budget(tmp_path, tokenizer_dir, capsys):
+    args = ["train", "target", "--out", str(tmp_path / "t"), "--tokenizer", str(tokenizer_dir),
+            "--decay-minutes", "30", "--max-steps", "1", "--no-progress"]
+    assert cli(args) != 0
+    assert "--decay-minutes needs --max-minutes" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()  # refused before any work

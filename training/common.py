@@ -30,13 +30,31 @@ def set_threads(n: int | None) -> None:
         torch.set_num_threads(n)
 
 
-def cosine_lr(progress: float, base_lr: float, warmup: float, min_ratio: float = 0.1) -> float:
-    """Learning rate at a training progress in [0, 1]: linear warmup, then cosine to min_ratio."""
+def cosine_lr(progress: float, base_lr: float, warmup: float, min_ratio: float = 0.1,
+              decay_start: float | None = None) -> float:
+    """Learning rate at a training progress in [0, 1]: linear warmup, the peak held until
+    ``decay_start`` (default: right after warmup), then cosine to min_ratio at the end."""
     progress = min(max(progress, 0.0), 1.0)
     if warmup > 0 and progress < warmup:
         return base_lr * max(progress / warmup, 0.02)
-    t = (progress - warmup) / max(1e-9, 1.0 - warmup)
+    start = warmup if decay_start is None else max(warmup, decay_start)
+    if progress < start:
+        return base_lr
+    t = (progress - start) / max(1e-9, 1.0 - start)
     return base_lr * (min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * t)))
+
+
+def decay_start(budget: Budget, decay_minutes: float | None) -> float | None:
+    """Where the learning rate leaves its peak, as training progress: None for a cosine over the
+    whole run; with ``decay_minutes``, that many minutes before the time budget ends
+    (warmup-stable-decay). A held peak lets a long run be lengthened when it resumes, and any of
+    its checkpoints be cooled into a model by resuming a copy of its work directory with
+    ``--max-minutes`` set to the checkpoint's minutes plus ``decay_minutes``."""
+    if not decay_minutes:
+        return None
+    if not budget.max_minutes:
+        raise ValueError("a decay in minutes needs a time budget (--max-minutes)")
+    return max(0.0, 1.0 - decay_minutes / budget.max_minutes)
 
 
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:

@@ -16,7 +16,7 @@ import torch
 from engine.errors import InvalidRequestError
 from engine.features import decoder_layers
 
-from .common import (Budget, JsonlLog, Progress, ThreadGovernor, TrainClock, cosine_lr, load_checkpoint,
+from .common import (Budget, JsonlLog, Progress, ThreadGovernor, TrainClock, cosine_lr, decay_start, load_checkpoint,
                      optimizer_update, save_checkpoint, set_lr, set_seed, set_threads, write_json)
 from .request_data import NAME_LINE
 
@@ -40,6 +40,9 @@ class TargetTrainConfig:
     lr: float = 1.5e-3
     min_lr_ratio: float = 0.1
     warmup: float = 0.03
+    # Minutes at the end of a time budget over which the learning rate decays from its held peak
+    # (common.decay_start); None: a cosine over the whole run.
+    decay_minutes: float | None = None
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     chat_fraction: float = 0.5
@@ -507,8 +510,9 @@ class _TargetRun:
         bar = Progress("train target", enabled=progress, initial=budget.progress(clock.step, clock.work, clock.elapsed))
         clock.checkpointed()  # the clock runs from here
         loss_ema = None
+        peak_until = decay_start(budget, cfg.decay_minutes)
         while (p := budget.progress(clock.step, clock.work, clock.elapsed)) < 1.0:
-            lr = cosine_lr(p, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
+            lr = cosine_lr(p, cfg.lr, cfg.warmup, cfg.min_lr_ratio, peak_until)
             set_lr(self.opt, lr)
             x, weights = self.batch()
             mle, ul, loss = self.losses(x, weights, loop_seqs)

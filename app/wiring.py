@@ -172,6 +172,7 @@ class EngineHost:
         self._lock = threading.Lock()
         self._engine = None
         self._key = ""
+        self._closed = False
         self._status = LoadStatus("loading", 0.0, "waiting to start", self.initial_key)
 
     # -------------------------------------------------------------- what the UI reads
@@ -248,8 +249,13 @@ class EngineHost:
                 self._status = LoadStatus("ready", 1.0, "ready", self._key, "")
 
     def shutdown(self) -> None:
+        """Cancel what is queued and release the engine, without waiting for what runs: a load
+        still running closes what it loads when it ends (``_load``)."""
+        with self._lock:
+            self._closed = True
+            engine, self._engine = self._engine, None
         self._executor.shutdown(wait=False, cancel_futures=True)
-        close_engine(self._engine)  # a vLLM server the Studio started stops with it
+        close_engine(engine)  # a vLLM server the Studio started stops with it
 
     def _load(self, key: str):
         def progress(fraction: float, message: str) -> None:
@@ -265,8 +271,13 @@ class EngineHost:
                 self._status = LoadStatus(state, 1.0, "", self._key or key, f"{key}: {reason}", key, time.monotonic())
             raise
         with self._lock:
-            previous, self._engine, self._key = self._engine, engine, key
-            self._status = LoadStatus("ready", 1.0, "ready", key, "")
+            closed = self._closed
+            if not closed:
+                previous, self._engine, self._key = self._engine, engine, key
+                self._status = LoadStatus("ready", 1.0, "ready", key, "")
+        if closed:  # shut down while it loaded: nobody will answer on it
+            close_engine(engine)
+            raise CheckpointError(f"{key}: loaded after the app closed; released")
         if previous is not None and previous is not engine:
             close_engine(previous)
         return engine

@@ -14,7 +14,7 @@ from app.config import ApiConfig, AppConfig, is_loopback, parse_auth
 from app.wiring import EngineHost, ModelChoice, available_models
 from engine.catalog import PUBLISHED_PAIRS
 from engine.config import EngineConfig
-from engine.errors import InvalidRequestError
+from engine.errors import CheckpointError, InvalidRequestError
 from tests.fake_engine import FakeEngine, fake_studio
 from ui.chat import handlers as h
 
@@ -54,6 +54,9 @@ def test_a_port_in_use_is_one_clear_line_not_a_traceback(capsys, tmp_path):
         port = taken.getsockname()[1]
         assert main(["serve", "--port", str(port), "--no-browser", "--db", str(tmp_path / "s.db"),
                      "--allow-no-model"]) == 2
+    for worker in threading.enumerate():  # the load it began ends on its own; the next test must not race its imports
+        if worker.name.startswith("dflash-engine"):
+            worker.join(timeout=120)
     err = capsys.readouterr().err
     assert f"cannot listen on 127.0.0.1:{port}" in err and "--port" in err and "Traceback" not in err
 
@@ -139,6 +142,32 @@ def test_the_model_loads_in_the_background_with_progress_and_a_failure_keeps_the
     assert host.submit(lambda e: e.name).result(timeout=5) == "fake-coder"
     assert host.status().error == ""  # the loaded model answered: the refusal no longer shows in the header
     host.shutdown()
+
+
+def test_a_load_that_ends_after_shutdown_releases_its_engine():
+    """Closing the app mid-load must not leave the loaded engine (a vLLM server it started) running."""
+    closed, halfway, release = [], threading.Event(), threading.Event()
+
+    class Closable(FakeEngine):
+        def close(self):
+            closed.append(self)
+
+    engine = Closable()
+
+    def loader(choice, progress):
+        halfway.set()
+        release.wait(timeout=10)
+        return engine
+
+    host = EngineHost([ModelChoice("good", None, None)], loader)
+    future = host.start()
+    assert halfway.wait(timeout=10)
+    host.shutdown()  # returns at once: the load still runs
+    assert closed == []
+    release.set()
+    with pytest.raises(CheckpointError, match="after the app closed"):
+        future.result(timeout=5)
+    assert closed == [engine] and host.engine is None
 
 
 def test_sessions_survive_a_restart_of_the_app(tmp_path):

@@ -253,7 +253,7 @@ class EngineHost:
         still running closes what it loads when it ends (``_load``)."""
         with self._lock:
             self._closed = True
-            engine, self._engine = self._engine, None
+            engine = self._engine
         self._executor.shutdown(wait=False, cancel_futures=True)
         close_engine(engine)  # a vLLM server the Studio started stops with it
 

@@ -44,6 +44,7 @@ def run_tokenizer(args) -> int:
 
 def run_target(args) -> int:
     from engine.errors import InvalidRequestError
+    from training.common import decay_start
     from training.target import TargetShape, TargetTrainConfig, train_target
 
     shape = TargetShape(layers=args.layers, hidden=args.hidden, intermediate=args.intermediate,
@@ -58,8 +59,7 @@ def run_target(args) -> int:
     if args.tokenizer is None and args.init is None:
         raise InvalidRequestError("train target: give --tokenizer (from `train tokenizer`), or --init")
     budget = _budget(args)
-    if args.decay_minutes and not budget.max_minutes:
-        raise InvalidRequestError("train target: --decay-minutes needs --max-minutes (the decay ends with the budget)")
+    decay_start(budget, args.decay_minutes)  # refuses a decay without a time budget before any work
     train_target(args.out, args.tokenizer, work=args.work, corpus=args.corpus, shape=shape,
                  cfg=cfg, budget=budget, seed=args.seed, threads=args.threads,
                  progress=not args.no_progress, init=args.init, unlikelihood=args.unlikelihood,

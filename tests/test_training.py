@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from app.cli import main as cli
+from engine.errors import InvalidRequestError
 from engine.repetition import is_loop
 from training.common import Budget, ThreadGovernor, cosine_lr, decay_start
 from training.draft import (SequencePool, acceptance_stats, block_inputs, block_labels, decode_chain, loss_weights,
@@ -323,7 +324,7 @@ def test_warmup_stable_decay_holds_the_peak_and_cools_any_checkpoint():
     assert cosine_lr(at_checkpoint, 3e-4, 0.03, 0.1, decay_start(branch, 30)) == pytest.approx(3e-4)
     halfway = cosine_lr(branch.progress(0, 0, 135 * 60), 3e-4, 0.03, 0.1, decay_start(branch, 30))
     assert halfway == pytest.approx(3e-4 * (0.1 + 0.9 * 0.5))
-    with pytest.raises(ValueError, match="time budget"):
+    with pytest.raises(InvalidRequestError, match="needs --max-minutes"):
         decay_start(Budget(max_steps=100), 30)
 
 

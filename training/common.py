@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from engine.errors import InvalidRequestError
 from engine.files import write_atomically, write_text_atomically
 
 
@@ -53,7 +54,7 @@ def decay_start(budget: Budget, decay_minutes: float | None) -> float | None:
     if not decay_minutes:
         return None
     if not budget.max_minutes:
-        raise ValueError("a decay in minutes needs a time budget (--max-minutes)")
+        raise InvalidRequestError("--decay-minutes needs --max-minutes (the decay ends with the budget)")
     return max(0.0, 1.0 - decay_minutes / budget.max_minutes)
 
 

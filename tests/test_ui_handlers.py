@@ -434,6 +434,20 @@ def test_the_live_refresh_waits_for_the_page_to_load(ctx, engine):
     assert "sessions" in h.live_refresh(ctx, session_id, "", None, None, "a-page-id")
 
 
+def test_a_live_tick_that_lands_after_new_session_is_redrawn_by_the_next(ctx, engine):
+    """A tick reads the page's session when it fires; one fired just before "+ New session" lands
+    after it and draws the list for the session left behind (no New entry, the old one ticked).
+    The next tick, given the page's real session, draws the list again."""
+    engine.enqueue("a reply")
+    session_id, sent = send(ctx, "a question")
+    run(ctx, sent)
+    stale = h.live_refresh(ctx, session_id, "", None, None, "a-page-id")  # fired on the old session
+    assert [v for _, v in stale["sessions"].choices] == [session_id]
+    healed = h.live_refresh(ctx, None, "", stale["live_seen"], None, "a-page-id")  # the page is a new session
+    assert healed["sessions"].choices[0] == h.NEW_SESSION_ENTRY and healed["sessions"].value == h.NEW_SESSION_ENTRY[1]
+    assert set(h.live_refresh(ctx, None, "", healed["live_seen"], None, "a-page-id")) == {"live_seen"}
+
+
 def test_the_live_tick_writes_only_states_and_hands_what_changed_to_its_redraw(ctx, engine):
     """The tick never leaves the chat or a figure "unchanged" (Gradio would keep a stale copy of
     it per tick, see ``live_check``): it changes States, and the redraw gives values only."""

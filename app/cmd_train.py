@@ -47,7 +47,7 @@ def run_target(args) -> int:
     from training.common import decay_start
     from training.target import TargetShape, TargetTrainConfig, train_target
 
-    shape = TargetShape(layers=args.layers, hidden=args.hidden, intermediate=args.intermediate,
+    shape = TargetShape(layers=args.layers or 12, hidden=args.hidden, intermediate=args.intermediate,
                         heads=args.heads, kv_heads=args.kv_heads, head_dim=args.head_dim,
                         max_positions=args.max_positions)
     cfg = TargetTrainConfig(seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr,
@@ -63,7 +63,8 @@ def run_target(args) -> int:
     train_target(args.out, args.tokenizer, work=args.work, corpus=args.corpus, shape=shape,
                  cfg=cfg, budget=budget, seed=args.seed, threads=args.threads,
                  progress=not args.no_progress, init=args.init, unlikelihood=args.unlikelihood,
-                 train_from_layer=args.train_from_layer, data_mix=args.data, own_replies=args.own_replies)
+                 train_from_layer=args.train_from_layer, data_mix=args.data, own_replies=args.own_replies,
+                 grow_to=args.layers if args.init else None)
     return 0
 
 
@@ -284,7 +285,8 @@ def _register_target(sub) -> None:
     p.add_argument("--tokenizer", type=Path, default=None,
                    help="directory from `train tokenizer` (default with --init: the init model's)")
     p.add_argument("--init", type=Path, default=None,
-                   help="fine-tune this saved target instead of starting from scratch (its shape is kept)")
+                   help="fine-tune this saved target instead of starting from scratch (its shape is kept, "
+                        "but for a deeper --layers)")
     p.add_argument("--unlikelihood", type=Path, default=None,
                    help="a `train draft` --work directory: the target's own greedy continuations; "
                         "tokens that continue a back-to-back repeat of 8+ tokens get an unlikelihood "
@@ -305,7 +307,10 @@ def _register_target(sub) -> None:
                         "second, sharpening fine-tune); coder: the default coder's data (copy, with the "
                         "tasks in many wordings, the extra tasks, follow-ups that edit the previous "
                         "function, requests that state an edge case or a name)")
-    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--layers", type=int, default=None,
+                   help="decoder layers (default 12); with --init, a depth above the init model's grows it: "
+                        "the added layers are copies spread evenly through the stack whose output projections "
+                        "start at zero, so the grown model starts out computing exactly what the init did")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--intermediate", type=int, default=768)
     p.add_argument("--heads", type=int, default=4)

@@ -208,6 +208,65 @@ def test_train_target_fine_tunes_with_unlikelihood_on_looping_continuations(tmp_
     assert cli(args + ["--train-from-layer", "2", "--work", str(tmp_path / "w2")]) == 2  # a clear message
 
 
+def test_grown_layers_are_spread_evenly_each_after_the_layer_it_copies():
+    from training.target import grown_layer_sources
+
+    assert grown_layer_sources(3, 3) == [(0, False), (1, False), (2, False)]
+    sources = grown_layer_sources(12, 16)
+    assert [i for i, (_, copy) in enumerate(sources) if copy] == [3, 7, 11, 15]
+    assert all(sources[i - 1][0] == src for i, (src, copy) in enumerate(sources) if copy)
+    assert [src for src, copy in sources if not copy] == list(range(12))
+    assert sum(copy for _, copy in grown_layer_sources(4, 12)) == 8  # two copies after every layer
+    with pytest.raises(InvalidRequestError, match="grow, not shrink"):
+        grown_layer_sources(4, 3)
+
+
+def test_a_grown_target_computes_exactly_what_it_grew_from(tmp_path, tokenizer_dir):
+    from transformers import AutoModelForCausalLM
+
+    from training.target import grow_target
+
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_target(tmp_path, tokenizer_dir, layers=3))).eval()
+    with torch.no_grad():  # give every output projection weight, so a copy that kept it would show
+        for layer in base.model.layers:
+            layer.self_attn.o_proj.weight.normal_(0, 0.2)
+    grown = grow_target(base, 5).eval()
+    assert grown.config.num_hidden_layers == 5 and len(grown.model.layers) == 5
+    assert len(grown.config.layer_types) == 5
+    tokens = torch.randint(0, base.config.vocab_size, (2, 12))
+    with torch.no_grad():
+        assert torch.allclose(grown(tokens).logits, base(tokens).logits, atol=1e-5)
+        assert grown.lm_head.weight.data_ptr() == grown.model.embed_tokens.weight.data_ptr()  # still tied
+    added = [grown.model.layers[i] for i in (2, 4)]  # copies of layers 1 and 2
+    assert all(layer.self_attn.o_proj.weight.abs().sum() == 0 and layer.mlp.down_proj.weight.abs().sum() == 0
+               for layer in added)
+    assert torch.equal(added[0].self_attn.q_proj.weight, base.model.layers[1].self_attn.q_proj.weight)
+    assert [layer.self_attn.layer_idx for layer in grown.model.layers] == list(range(5))  # its cache slots
+    assert grow_target(base, 3) is base
+
+
+def test_train_target_grows_an_init_model_deeper_and_refuses_to_shrink_it(tmp_path, corpus, tokenizer_dir, capsys):
+    from transformers import AutoModelForCausalLM
+
+    init = tiny_target(tmp_path, tokenizer_dir, layers=2)
+    out = tmp_path / "grown"
+    args = ["train", "target", "--init", str(init), "--corpus", str(corpus), "--seq-len", "32",
+            "--batch-size", "2", "--eval-windows", "2", "--samples", "0", "--no-progress", "--threads", "2",
+            "--max-steps", "1", "--lr", "1e-3", "--layers", "3"]
+    assert cli(args + ["--out", str(out)]) == 0
+    grown = AutoModelForCausalLM.from_pretrained(str(out))
+    assert grown.config.num_hidden_layers == 3 and grown.config.hidden_size == 32
+    meta = json.loads((out / "training_meta.json").read_text())
+    assert meta["grown_from_layers"] == 2 and meta["shape"]["layers"] == 3
+    # resuming the same run finds its grown checkpoint and keeps its depth
+    assert cli(args[:-2] + ["--layers", "3", "--max-steps", "2", "--out", str(out)]) == 0
+    assert AutoModelForCausalLM.from_pretrained(str(out)).config.num_hidden_layers == 3
+    capsys.readouterr()
+    assert cli(args[:-2] + ["--layers", "1", "--out", str(tmp_path / "shrunk")]) == 2
+    assert "grow, not shrink" in capsys.readouterr().err
+    assert not (tmp_path / "shrunk" / "_train" / "data.pt").exists()  # refused before any work
+
+
 # ---------------------------------------------------------------- draft: pure pieces
 
 

@@ -308,7 +308,8 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
                  cfg: TargetTrainConfig | None = None, budget: Budget | None = None,
                  seed: int = 0, threads: int | None = None, progress: bool = True,
                  init: Path | None = None, unlikelihood: Path | None = None,
-                 train_from_layer: int = 0, data_mix: str = "corpus", own_replies: int = 0, log=print) -> dict:
+                 train_from_layer: int = 0, data_mix: str = "corpus", own_replies: int = 0,
+                 grow_to: int | None = None, log=print) -> dict:
     """Train from scratch, or fine-tune ``init`` (a saved target: its shape wins over ``shape``).
     ``unlikelihood``: a `train draft` work directory (or its train_sequences.pt) whose looping
     continuations get the unlikelihood term on top of the usual next-token loss.
@@ -318,7 +319,9 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
     ``data_mix``: "corpus" (raw source + docstring chat pairs) or "requests" (request -> code
     fine-tuning data, ``request_data.build_request_streams``).
     ``own_replies``: with ``init`` and ``data_mix`` "coder", ``init`` first answers this many
-    training requests, and the follow-up chats also edit those replies (``own_replies.py``)."""
+    training requests, and the follow-up chats also edit those replies (``own_replies.py``).
+    ``grow_to``: with ``init``, this many decoder layers (``grow_target``: the added ones start as
+    the identity)."""
     from .tokenizer import load_tokenizer
 
     out = Path(out)
@@ -331,12 +334,16 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
     jlog = JsonlLog(work / "log.jsonl")
     if own_replies and (init is None or data_mix != "coder"):
         raise InvalidRequestError("train target: --own-replies needs --init (the model that answers) and --data coder")
+    grown_from = None
+    if grow_to and init is not None:
+        grown_from = _saved_depth(init)
+        grown_layer_sources(grown_from, grow_to)  # refuses a shrink before the data is built
     data = _target_data(work / "data.pt", tokenizer, corpus, seed, log, data_mix,
                         own=(init, work / "own_replies.jsonl", own_replies) if own_replies else None)
     jlog.write("data", **{k: len(v) for k, v in data.items()})
 
     torch.manual_seed(seed)
-    model, shape = _target_model(init, shape, tokenizer)
+    model, shape = _target_model(init, shape, tokenizer, grow_to)
     loop_seqs = _looping_continuations(unlikelihood, cfg.loop_min_span, log)
     if train_from_layer:
         freeze_below(model, train_from_layer)
@@ -344,7 +351,7 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
             f"({sum(p.numel() for p in model.parameters() if p.requires_grad) / 1e6:.2f}M params)")
     n_params = sum(p.numel() for p in model.parameters())
     sources = {"init": str(init) if init else None, "unlikelihood": str(unlikelihood) if unlikelihood else None,
-               "data": data_mix}
+               "data": data_mix, "grown_from_layers": grown_from if grown_from != shape.layers else None}
     run = _TargetRun(model, _adamw(model, cfg), gen, tokenizer, data, cfg, out, work / "checkpoint.pt", jlog, log,
                      meta={"kind": "target", "params": n_params, **sources, "shape": asdict(shape),
                            "train": asdict(cfg), "seed": seed},
@@ -383,17 +390,66 @@ def _target_data(path: Path, tokenizer, corpus: Path | None, seed: int, log, dat
     return data
 
 
-def _target_model(init: Path | None, shape: TargetShape, tokenizer):
-    """A new model of ``shape``, or the saved ``init`` (whose shape wins); the shape it has."""
+def grown_layer_sources(layers: int, grow_to: int) -> list[tuple[int, bool]]:
+    """For each layer of a ``layers``-deep stack grown to ``grow_to``: (the layer it starts as,
+    whether it is an inserted copy). The copies are spread evenly, each right after the layer it
+    copies (LLaMA Pro's interleaved growth), so every depth of the stack gains room."""
+    if grow_to < layers:
+        raise InvalidRequestError(f"train target: --layers {grow_to} is below the init model's {layers} layers "
+                                  "(a target can grow, not shrink)")
+    extra, sources = grow_to - layers, []
+    for i in range(layers):
+        sources.append((i, False))
+        sources += [(i, True)] * ((i + 1) * extra // layers - i * extra // layers)
+    return sources
+
+
+def grow_target(model, grow_to: int):
+    """``model`` with ``grow_to`` decoder layers, computing exactly what it computed: each added
+    layer copies the one below it with its output projections (attention's ``o_proj``, the MLP's
+    ``down_proj``) at zero, so it starts as the identity on the residual stream and training
+    decides what it adds."""
+    from transformers import AutoModelForCausalLM
+
+    config = model.config
+    sources = grown_layer_sources(config.num_hidden_layers, grow_to)
+    if len(sources) == config.num_hidden_layers:
+        return model
+    grown_config = type(config).from_dict(config.to_dict())
+    grown_config.num_hidden_layers = grow_to
+    if getattr(config, "layer_types", None):
+        grown_config.layer_types = [config.layer_types[src] for src, _ in sources]
+    grown = AutoModelForCausalLM.from_config(grown_config, dtype=model.dtype)
+    state = {k: v for k, v in model.state_dict().items() if ".layers." not in k}
+    prefix = next(k for k in model.state_dict() if ".layers.0." in k).split(".layers.0.")[0]
+    for new_index, (src, copy) in enumerate(sources):
+        for name, value in decoder_layers(model)[src].state_dict().items():
+            zero = copy and name.endswith(("o_proj.weight", "o_proj.bias", "down_proj.weight", "down_proj.bias"))
+            state[f"{prefix}.layers.{new_index}.{name}"] = torch.zeros_like(value) if zero else value.clone()
+    grown.load_state_dict(state)
+    return grown
+
+
+def _target_model(init: Path | None, shape: TargetShape, tokenizer, grow_to: int | None = None):
+    """A new model of ``shape``, or the saved ``init`` (whose shape wins, but for a depth of
+    ``grow_to``: ``grow_target``); the shape it has."""
     from transformers import Qwen3ForCausalLM
 
     if init is None:
         return Qwen3ForCausalLM(build_config(shape, tokenizer)), shape
     model = Qwen3ForCausalLM.from_pretrained(str(init), dtype=torch.float32)
+    if grow_to:
+        model = grow_target(model, grow_to)
     c = model.config
     return model, TargetShape(layers=c.num_hidden_layers, hidden=c.hidden_size, intermediate=c.intermediate_size,
                               heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, head_dim=c.head_dim,
                               max_positions=c.max_position_embeddings, rope_theta=shape.rope_theta)
+
+
+def _saved_depth(model_dir: Path) -> int:
+    import json
+
+    return json.loads((Path(model_dir) / "config.json").read_text())["num_hidden_layers"]
 
 
 def _looping_continuations(unlikelihood: Path | None, min_span: int, log) -> list:

@@ -420,8 +420,9 @@ def grow_target(model, grow_to: int):
     if getattr(config, "layer_types", None):
         grown_config.layer_types = [config.layer_types[src] for src, _ in sources]
     grown = AutoModelForCausalLM.from_config(grown_config, dtype=model.dtype)
-    state = {k: v for k, v in model.state_dict().items() if ".layers." not in k}
-    prefix = next(k for k in model.state_dict() if ".layers.0." in k).split(".layers.0.")[0]
+    source = model.state_dict()
+    state = {k: v for k, v in source.items() if ".layers." not in k}
+    prefix = next(k for k in source if ".layers.0." in k).split(".layers.0.")[0]
     for new_index, (src, copy) in enumerate(sources):
         for name, value in decoder_layers(model)[src].state_dict().items():
             zero = copy and name.endswith(("o_proj.weight", "o_proj.bias", "down_proj.weight", "down_proj.bias"))

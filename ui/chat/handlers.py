@@ -361,8 +361,8 @@ def live_refresh(ctx: UIContext, session_id: int | None, query: str, seen: dict 
     seen = dict(seen or {})
     update: dict = {}
     # Keyed on the session too: a tick's inputs are read when it fires, so a tick that fired just
-    # before "+ New session" or a pick lands after it and draws the list for the session left
-    # behind; the next tick sees the page's session differ from the one drawn and redraws.
+    # before "+ New session" or a click on another session lands after it and draws the list for
+    # the session left behind; the next tick sees the page's session differ from the one drawn.
     listing = [[list(choice) for choice in session_choices(ctx, query or "")], session_id]
     if listing != seen.get("listing"):
         update["sessions"] = session_list(ctx, session_id, query or "")

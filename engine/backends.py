@@ -23,7 +23,7 @@ import torch
 
 from .features import FeatureCapture, decoder_layers
 from .static_cache import StaticDraftCache, StaticTargetCache
-from .target_cache import TargetCache
+from .target_cache import TargetCache, logit_drift
 from .weights import check_finite_logits
 
 
@@ -194,6 +194,51 @@ class StaticSession:
             self.capture.clear()
         if self.backend.release is not None:
             self.backend.release()
+
+
+@torch.inference_mode()
+def static_disagreement(backend: StaticBackend, prompt_lengths: tuple[int, ...] = (7, 13), width: int = 4) -> str | None:
+    """Why the static caches would change what the target computes (None when they do not).
+
+    For each prompt length, a prefill and a padded verify on the static caches beside the same
+    forwards on the eager path's cache, compared logit for logit. A static cache always hands the
+    model a mask over its whole length, and a few architectures read that differently from the
+    eager path's: Doge adds a learned bias to whatever mask it gets and attends both ways without
+    one, GPT-Neo compares the cache's length with a causal buffer of its own, BLOOM builds ALiBi
+    from the mask. Such a model stays on the eager path, whose tokens are plain decoding's."""
+    for prompt_length in prompt_lengths:
+        try:
+            drift = _static_error(backend, prompt_length, width)
+        except Exception as exc:
+            return f"the model fails on a static cache ({type(exc).__name__}: {exc})"
+        if drift is not None:
+            return f"its logits on a static cache differ from the eager path's by {drift:.1%} of their scale"
+    return None
+
+
+def _static_error(backend: StaticBackend, prompt_length: int, width: int) -> float | None:
+    """How far the static caches move the logits of a prefill and a padded verify (``logit_drift``)."""
+    target = backend.target
+    vocab = target.config.get_text_config().vocab_size
+    ids = [(7 * i + 3) % vocab for i in range(prompt_length + width - 1)]
+    prompt, block = ids[:prompt_length], ids[prompt_length:]
+    eager = EagerSession(target, None)
+    try:
+        want = torch.cat([eager.prefill(prompt)[0], eager.verify(block, prompt_length, width)[0]])
+    finally:
+        eager.close()
+    bucket = backend.buckets[0]
+    caches = backend.caches_for(bucket)
+    caches.target.reset()
+    session = StaticSession(backend, bucket, caches, speculative=False)
+    try:
+        got = torch.cat([session.prefill(prompt)[0], session.verify(block, prompt_length, width)[0]])
+    finally:
+        if backend.capture is not None:
+            backend.capture.enabled = False
+            backend.capture.clear()
+        caches.target.reset()
+    return logit_drift(got, want)
 
 
 def verify_pass(target, cache: StaticTargetCache, capture: FeatureCapture | None):

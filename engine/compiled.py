@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .backends import EagerBackend, StaticBackend, draft_pass, has_linear_attention, verify_pass
+from .backends import (EagerBackend, StaticBackend, draft_pass, has_linear_attention, static_disagreement,
+                       verify_pass)
 from .fallback import reduced_size
 
 log = logging.getLogger(__name__)
@@ -214,6 +215,13 @@ class CompiledPath:
     def _work(self) -> None:
         torch.set_num_threads(self.threads)
         try:
+            with self._lock:
+                why = static_disagreement(self.backend)
+            if why is not None:
+                log.warning("replies stay on the eager path: %s", why)
+                self.state, self.error = "unsupported", why
+                self._release_backend()
+                return
             while True:
                 item = self._jobs.get()
                 if item is None or self._closed:

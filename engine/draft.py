@@ -68,6 +68,22 @@ def proposal_ids(config) -> list[int] | None:
     return sorted(value)
 
 
+# What older and non-Llama configs call the same settings (GPT-2's n_inner, OPT's ffn_dim, LayerNorm
+# epsilons, GPT-2's n_positions); the draft is a Qwen3 stack whatever the target's own layers are.
+_FFN_SIZES = ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size", "shared_expert_intermediate_size")
+_NORM_EPSILONS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "norm_epsilon")
+_CONTEXT_LENGTHS = ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length")
+
+
+def _setting(config, names: tuple[str, ...], default):
+    """The first of ``names`` the config sets (not None), else ``default``."""
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None and not isinstance(value, (list, dict)):
+            return value
+    return default
+
+
 def new_draft_config(
     target_config,
     num_layers: int,
@@ -84,16 +100,17 @@ def new_draft_config(
     rope = getattr(text_config, "rope_parameters", None) or {"rope_type": "default", "rope_theta": 10000.0}
     if isinstance(rope.get("full_attention"), dict):  # per layer kind (Gemma 3, MiMo): draft layers are full
         rope = rope["full_attention"]
+    hidden = text_config.hidden_size
     config = Qwen3Config(
         vocab_size=text_config.vocab_size,
-        hidden_size=text_config.hidden_size,
-        intermediate_size=intermediate_size or text_config.intermediate_size,
+        hidden_size=hidden,
+        intermediate_size=intermediate_size or _setting(text_config, _FFN_SIZES, 4 * hidden),
         num_hidden_layers=num_layers,
         num_attention_heads=text_config.num_attention_heads,
-        num_key_value_heads=text_config.num_key_value_heads,
+        num_key_value_heads=_setting(text_config, ("num_key_value_heads",), text_config.num_attention_heads),
         head_dim=head_dim,
-        rms_norm_eps=text_config.rms_norm_eps,
-        max_position_embeddings=text_config.max_position_embeddings,
+        rms_norm_eps=float(_setting(text_config, _NORM_EPSILONS, 1e-6)),
+        max_position_embeddings=_setting(text_config, _CONTEXT_LENGTHS, 32768),
         rope_parameters=dict(rope),
         tie_word_embeddings=False,
         layer_types=["full_attention"] * num_layers,

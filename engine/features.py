@@ -9,18 +9,45 @@ import torch
 from torch import nn
 
 
+# Where causal LMs keep their decoder stack and its final norm: Llama-style ``model.layers`` and
+# ``model.norm``; GPT-2, Falcon, BLOOM, GPT-J and CodeGen ``transformer.h`` and ``ln_f``; GPT-NeoX
+# ``final_layer_norm``; Phi ``final_layernorm``; MPT ``blocks`` and ``norm_f``; OPT ``model.decoder``.
+_LAYER_LISTS = ("layers", "h", "blocks")
+_FINAL_NORMS = ("norm", "ln_f", "final_layer_norm", "final_layernorm", "norm_f")
+
+
+def _decoder(target: nn.Module) -> tuple[nn.Module, nn.ModuleList] | None:
+    """The module that holds the decoder layers, and the layer list."""
+    candidates = [target.get_decoder() if hasattr(target, "get_decoder") else None,
+                  getattr(target, "model", None), getattr(target, "base_model", None), target]
+    seen: list[nn.Module] = []
+    while candidates:
+        base = candidates.pop(0)
+        if not isinstance(base, nn.Module) or any(base is s for s in seen):
+            continue
+        seen.append(base)
+        for name in _LAYER_LISTS:
+            layers = getattr(base, name, None)
+            if isinstance(layers, nn.ModuleList) and len(layers):
+                return base, layers
+        # one level down: Llama 4's ``get_decoder()`` is the causal LM itself, OPT's ``model.decoder``
+        candidates += [getattr(base, "model", None), getattr(base, "decoder", None)]
+    return None
+
+
 def decoder_layers(target: nn.Module) -> nn.ModuleList:
     """The decoder layer list of a transformers causal LM (``model.layers`` in Qwen/Llama)."""
-    base = target.get_decoder() if hasattr(target, "get_decoder") else getattr(target, "model", target)
-    layers = getattr(base, "layers", None)
-    if layers is None:
+    found = _decoder(target)
+    if found is None:
         raise TypeError(f"cannot find decoder layers in {type(target).__name__}")
-    return layers
+    return found[1]
 
 
 def final_norm(target: nn.Module) -> nn.Module | None:
-    base = target.get_decoder() if hasattr(target, "get_decoder") else getattr(target, "model", target)
-    return getattr(base, "norm", None)
+    found = _decoder(target)
+    if found is None:
+        return None
+    return next((norm for name in _FINAL_NORMS if isinstance(norm := getattr(found[0], name, None), nn.Module)), None)
 
 
 class FeatureCapture:
@@ -43,7 +70,7 @@ class FeatureCapture:
     def _hook(self, layer_id: int):
         def hook(_module, _args, output):
             if self.enabled:
-                hidden = output[0] if isinstance(output, tuple) else output
+                hidden = output[0] if isinstance(output, (tuple, list)) else output  # GPT-1's blocks return a list
                 self._outputs[layer_id] = hidden
 
         return hook

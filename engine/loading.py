@@ -22,7 +22,7 @@ from .memory import free_memory, keeps_format
 from .quantization import (check_dequantizable, device_kernels, loading_config, plan_quantization,
                            quantization_settings, quiet_transformers, widen_to)
 from .shipped import ASSETS_ENV, DEFAULT_PAIR, assets_dir, pair_dirs, pair_name  # noqa: F401 (re-exported)
-from .target_cache import check_rollback_config
+from .target_cache import check_verify_contract, check_rollback_config
 from .weights import check_weight_files, guard_logits, safetensors_files
 
 EMBEDDED_NAME = DEFAULT_PAIR.name
@@ -254,6 +254,7 @@ def load_models(config: EngineConfig, progress: Callable[[float, str], None] | N
         report(0.9, "loading DFlash draft")
         draft = load_draft(draft_dir, device=device, dtype=dtype)
         check_compatible(draft, target)
+        check_verify_contract(target)  # plain decoding never runs a block after the cache
         draft_path = str(draft_dir)
     threads = pick_threads(config.threads, device, sum(p.numel() for p in target.parameters()))
     if threads:

@@ -89,6 +89,69 @@ def check_rollback(target) -> None:
             f"after a rejected draft (supported: full attention, sliding window, linear attention)")
 
 
+def logit_drift(got: torch.Tensor, want: torch.Tensor) -> float | None:
+    """The largest difference between two computations of the same logits, relative to their
+    scale, when it is more than the numerical noise of their dtype (a block forward and single
+    steps add in another order); else None."""
+    scale = max(1.0, float(want.abs().max()))
+    drift = float((got.float() - want.float()).abs().max()) / scale
+    return drift if drift > (1e-3 if want.dtype == torch.float32 else 5e-2) else None
+
+
+@torch.inference_mode()
+def check_verify_contract(target, prompt_length: int = 7, block: int = 4) -> None:
+    """Refuse a target on which a verify and its rollback would not give plain decoding's logits.
+
+    Plain decoding feeds tokens one at a time; a verify feeds the anchor and the drafts as one
+    block after the cache, then the rollback keeps the anchor only, and the next token goes on
+    from there. Both ways are run on a short sequence and their logits compared. transformers'
+    Moshi text model fails the first half (a block after its cache is attended otherwise than
+    the same tokens one at a time), RecurrentGemma the second (its recurrent state lives in its
+    layers, out of the cache's reach); the refusal names the family and which half failed.
+    A few short forwards, run once when a pair is loaded."""
+    vocab = target.config.get_text_config().vocab_size
+    ids = [(7 * i + 3) % vocab for i in range(prompt_length + block)]
+    wrong = [(t + 1) % vocab for t in ids[prompt_length + 1:]]
+    device = target.device
+
+    def forward(cache, tokens: list[int], start: int) -> torch.Tensor:
+        positions = torch.arange(start, start + len(tokens), device=device)[None]
+        return target(input_ids=torch.tensor([tokens], device=device), position_ids=positions,
+                      past_key_values=cache.cache, use_cache=True).logits[0]
+
+    def after_prompt(feed) -> torch.Tensor:
+        cache = TargetCache(target)
+        try:
+            target(input_ids=torch.tensor([ids[:prompt_length]], device=device), past_key_values=cache.cache,
+                   use_cache=True, logits_to_keep=1)
+            cache.commit(prompt_length)
+            return feed(cache)
+        finally:
+            cache.close()
+
+    def plain(cache):  # the anchor, then the next token, one at a time
+        first = forward(cache, ids[prompt_length:prompt_length + 1], prompt_length)
+        cache.commit(prompt_length + 1)
+        return torch.cat([first, forward(cache, ids[prompt_length + 1:prompt_length + 2], prompt_length + 1)])
+
+    def verified(cache):  # the anchor and wrong drafts as a block, all drafts rejected, then the next token
+        cache.before_verify()
+        first = forward(cache, ids[prompt_length:prompt_length + 1] + wrong, prompt_length)[:1]
+        cache.commit(prompt_length + 1)
+        return torch.cat([first, forward(cache, ids[prompt_length + 1:prompt_length + 2], prompt_length + 1)])
+
+    want, got = after_prompt(plain), after_prompt(verified)
+    if (drift := logit_drift(got[:1], want[:1])) is not None:
+        raise UnsupportedTargetError(
+            f"{family_name(target)}: its logits for a block of tokens after its cache differ from those of the same "
+            f"tokens one at a time (by {drift:.0%} of their scale); DFlash's verify would not give plain "
+            f"decoding's tokens")
+    if (drift := logit_drift(got[1:], want[1:])) is not None:
+        raise UnsupportedTargetError(
+            f"{family_name(target)}: after a verify is rolled back, its next logits differ from plain decoding's "
+            f"(by {drift:.0%} of their scale): it keeps a state the cache cannot roll back")
+
+
 def check_rollback_config(directory) -> None:
     """``check_rollback`` for the target saved in ``directory``, from its config alone, before
     any weight is read: the model is built on the meta device (no memory). A config transformers
@@ -112,6 +175,7 @@ class TargetCache:
 
     def __init__(self, target):
         check_rollback(target)
+        self.family = family_name(target)
         self.cache = self.new_cache(target)
         self.attention = [layer for layer in self.cache.layers if isinstance(layer, ATTENTION_LAYERS)]
         decoders = decoder_layers(target)
@@ -157,6 +221,10 @@ class TargetCache:
     def commit(self, length: int) -> None:
         """Keep the first ``length`` positions: crop attention, put linear-attention states back."""
         remove = self.seq_length() - length
+        if remove < 0 and self.attention:
+            raise UnsupportedTargetError(
+                f"{self.family}: its forward kept {length + remove} of {length} positions in the cache it was "
+                f"given (it keeps a state of its own, or none); DFlash cannot roll back its verify")
         self.keep_attention(length, remove)
         if self._snapshot is not None:
             kept = length - self._verify_start
@@ -167,7 +235,8 @@ class TargetCache:
 
     def keep_attention(self, length: int, remove: int) -> None:
         for layer in self.attention:
-            layer.crop(-remove)  # also when remove == 0: trims a sliding layer back to its window
+            if getattr(layer, "is_initialized", True):  # a layer no token reached (Mllama's cross-attention) has nothing to crop
+                layer.crop(-remove)  # also when remove == 0: trims a sliding layer back to its window
 
     @torch.no_grad()
     def _recompute_linear(self, kept: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 import transformers as tf
+from huggingface_hub.errors import StrictDataclassFieldValidationError
 
 VOCAB = 96
 WINDOW = 12  # sliding windows of the twins: a 7-token prompt + 40 tokens passes each three times
@@ -70,4 +71,39 @@ def family_twin(family: str, seed: int = 0, sharpness: float = 8.0, **overrides)
     model = model_class(config_class(**{**settings, **overrides})).float().eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(sharpness)
+    return model
+
+
+# Every other architecture transformers ships, shrunk the same way: what a user might load as a
+# target although no draft is published for it. Settings a config does not have are skipped, so
+# one table serves GPT-2's n_embd as well as Llama's hidden_size.
+_SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, max_position_embeddings=512, tie_word_embeddings=False,
+              bos_token_id=None, eos_token_id=None, pad_token_id=None, sliding_window=WINDOW,
+              n_embd=64, n_layer=4, n_head=4, d_model=64, n_positions=512, n_inner=128, ffn_dim=128,
+              moe_intermediate_size=32, num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2,
+              shared_expert_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
+              ffn_hidden_size=128, rotary_dim=8, word_embed_proj_dim=64)
+_LATENT_ATTENTION = dict(head_dim=8, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8,
+                         qk_nope_head_dim=16, v_head_dim=16, n_group=1, topk_group=1)
+_PER_TYPE = {"deepseek_v2": _LATENT_ATTENTION, "minicpm3": _LATENT_ATTENTION, "glm4_moe_lite": _LATENT_ATTENTION}
+
+
+def any_family_twin(model_type: str, seed: int = 0, sharpness: float = 8.0):
+    """A tiny random twin of any causal LM transformers knows by ``model_type``, in fp32, eval mode."""
+    config = tf.AutoConfig.for_model(model_type)
+    text = config.get_text_config()
+    for name, value in {**_SMALL, **_PER_TYPE.get(model_type, {})}.items():
+        if hasattr(text, name) and not isinstance(getattr(text, name), (list, dict)):
+            try:
+                setattr(text, name, value)
+            except (AttributeError, StrictDataclassFieldValidationError):  # derived (Falcon's head_dim), or never None
+                pass
+    layer_types = getattr(text, "layer_types", None)
+    if isinstance(layer_types, list) and layer_types and len(layer_types) != text.num_hidden_layers:
+        text.layer_types = (layer_types * text.num_hidden_layers)[:text.num_hidden_layers]
+    torch.manual_seed(seed)
+    model = tf.AutoModelForCausalLM.from_config(config).float().eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(sharpness)
     return model

@@ -1,0 +1,157 @@
+"""Targets beyond the families real drafts are published for: the other decoder-only
+architectures a user may load as a target (GPT-2 and its descendants, Falcon, MPT, Phi, Mistral,
+Gemma 2, Llama 4, latent attention, ...) decode exactly as plain greedy decoding, eagerly and on
+the static caches. The few whose own forward would break that are kept from it with the reason:
+a target whose block forward after its cache is not its one-token-at-a-time forward is refused
+when the pair loads, and one that computes otherwise on a static cache stays on the eager path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import compiled as compiled_module
+from engine import decode as decode_module
+from engine.backends import StaticBackend, static_disagreement
+from engine.compiled import CompiledPath
+from engine.config import EngineConfig, SamplingConfig
+from engine.decode import generate
+from engine.errors import UnsupportedTargetError
+from engine.events import Failed, Finished
+from engine.target_cache import check_verify_contract
+from tests.family_twins import any_family_twin
+from tests.test_families import NEW_TOKENS, PROMPT, oracle_propose, plain_greedy
+from tests.tiny_models import tiny_draft
+
+BLOCK = 8
+
+# Their decoder stacks live under other names (GPT-2's transformer.h, MPT's blocks, Llama 4's
+# model.layers below a causal LM that is its own decoder), their norms are LayerNorms, their
+# positions ALiBi-free rotary or learned, their attention multi-query, latent or sliding.
+MORE_FAMILIES = ["codegen", "cohere2", "deepseek_v2", "falcon", "gemma2", "glm4", "gpt2", "gpt_bigcode", "gpt_neox",
+                 "gptj", "granite", "llama4_text", "minicpm3", "mllama", "mistral", "mixtral", "mpt", "olmo2", "phi", "phi3",
+                 "stablelm", "starcoder2"]
+
+
+@pytest.fixture(scope="module", params=MORE_FAMILIES)
+def family(request):
+    target = any_family_twin(request.param)
+    return request.param, target, plain_greedy(target, PROMPT, NEW_TOKENS)
+
+
+def decode(target, draft, backend=None):
+    events = list(generate(target, draft, PROMPT, SamplingConfig(block_size=BLOCK, max_new_tokens=NEW_TOKENS),
+                           backend=backend))
+    assert isinstance(events[-1], Finished), events[-1]
+    return list(events[-1].token_ids)
+
+
+def test_greedy_dflash_equals_plain_greedy_eagerly_and_on_static_caches(family, monkeypatch):
+    name, target, reference = family
+    draft = tiny_draft(target, block_size=BLOCK)
+    check_verify_contract(target)  # what loading a pair checks
+    assert decode(target, draft) == reference, name
+    backend = StaticBackend(target, draft)
+    try:
+        assert static_disagreement(backend) is None, name
+        # the stand-in draft that accepts 0..B-1 tokens: every rollback length, past every window
+        monkeypatch.setattr(decode_module, "propose", oracle_propose(reference, target.config.get_text_config().vocab_size))
+        assert decode(target, draft) == reference, name
+        assert decode(target, draft, backend) == reference, name
+    finally:
+        backend.close()
+
+
+# transformers' own forward of these reads a static cache's mask otherwise than the eager path's:
+# Doge adds a learned bias to any mask it is given (and attends both ways with none), GPT-Neo
+# checks the cache's length against its own causal buffer, BLOOM builds ALiBi from the mask
+STATIC_MISFITS = {"doge": "differ from the eager path's", "gpt_neo": "fails on a static cache",
+                  "bloom": "fails on a static cache"}
+
+
+@pytest.mark.parametrize("name", sorted(STATIC_MISFITS))
+def test_a_target_the_static_caches_would_change_stays_on_the_eager_path(name, monkeypatch):
+    target = any_family_twin(name)
+    reference = plain_greedy(target, PROMPT, NEW_TOKENS)
+    draft = tiny_draft(target, block_size=BLOCK)
+    check_verify_contract(target)
+    monkeypatch.setattr(compiled_module.torch, "compile",
+                        lambda *a, **k: pytest.fail("compiled a target the static caches change"))
+    # the first bucket, 512 positions, as a reply of the app would take it (GPT-Neo's causal buffer
+    # is as long as its context, 512 here, and the static cache holds a padded verify more)
+    path = CompiledPath(target, draft, BLOCK).start(max_length=512)
+    try:
+        assert not path.wait(timeout=60)
+        assert path.state == "unsupported" and path.label == "eager", path.state
+        assert STATIC_MISFITS[name] in path.error and "\n" not in path.error, path.error
+        assert decode(target, draft, path) == reference
+    finally:
+        path.close()
+
+
+# transformers' Moshi text model attends a block of new tokens after its cache otherwise than the
+# same tokens one at a time; RecurrentGemma keeps its recurrent state in its layers, out of a
+# rollback's reach, and its block forward already differs from its steps
+VERIFY_MISFITS = {"moshi": r"MoshiForCausalLM \(moshi\): its logits for a block of tokens after its cache differ",
+                  "recurrent_gemma": r"RecurrentGemmaForCausalLM \(recurrent_gemma\): its logits for a block"}
+
+
+@pytest.mark.parametrize("name", sorted(VERIFY_MISFITS))
+def test_a_target_a_verify_would_not_decode_exactly_is_refused_when_the_pair_loads(name, tmp_path):
+    from engine.draft import DFlashDraftModel, new_draft_config, save_draft
+    from engine.loading import load_models
+    from tests.tiny_models import tiny_tokenizer
+
+    target = any_family_twin(name)
+    with pytest.raises(UnsupportedTargetError, match=VERIFY_MISFITS[name]) as refused:
+        check_verify_contract(target)
+    assert "\n" not in str(refused.value)
+    target.save_pretrained(tmp_path / "target", safe_serialization=True)
+    tiny_tokenizer().save_pretrained(tmp_path / "target")
+    torch.manual_seed(2)
+    save_draft(DFlashDraftModel(new_draft_config(target.config, 1, BLOCK, 95)).eval(), tmp_path / "draft")
+    with pytest.raises(UnsupportedTargetError, match=VERIFY_MISFITS[name]):
+        load_models(EngineConfig(target=str(tmp_path / "target"), draft=str(tmp_path / "draft"), device="cpu"))
+    # alone, without a draft, it decodes as it always did: plain decoding feeds one token at a time
+    load_models(EngineConfig(target=str(tmp_path / "target"), device="cpu", speculative=False))
+
+
+def test_a_target_that_keeps_nothing_in_the_cache_it_is_given_is_refused_before_its_first_token():
+    """GPT-1 has no cache at all: each forward would see only the tokens fed to it."""
+    target = any_family_twin("openai-gpt")
+    events = list(generate(target, tiny_draft(target, block_size=BLOCK), PROMPT,
+                           SamplingConfig(block_size=BLOCK, max_new_tokens=NEW_TOKENS)))
+    assert len(events) == 1 and isinstance(events[0], Failed) and events[0].kind == "UnsupportedTargetError"
+    assert "OpenAIGPTLMHeadModel (openai-gpt): its forward kept 0 of 7 positions" in events[0].message
+
+
+def test_the_load_check_catches_a_rollback_that_leaves_the_rejected_drafts_behind(monkeypatch):
+    """The second half of the check: a cache that kept the rejected drafts (here the crop is
+    switched off) gives other logits for the next token than plain decoding."""
+    from engine.target_cache import TargetCache
+
+    target = any_family_twin("mistral")
+    check_verify_contract(target)
+    monkeypatch.setattr(TargetCache, "keep_attention", lambda self, length, remove: None)
+    with pytest.raises(UnsupportedTargetError, match="after a verify is rolled back, its next logits differ"):
+        check_verify_contract(target)
+
+
+# Mamba mixers beside attention (Jamba, Bamba, Zamba 2, Nemotron-H), both in one layer (Falcon-H1),
+# lightning attention (MiniMax) and an indexed sparse cache (DeepSeek-V3.2): no rollback is known
+# for them, and each is named and refused before a token is decoded
+REFUSED = {"bamba": "keeps a recurrent state in a mixer", "deepseek_v32": "uses a DynamicIndexedLayer cache",
+           "falcon_h1": "uses a LinearAttentionAndFullAttentionLayer cache", "jamba": "keeps a recurrent state",
+           "minimax": "keeps a recurrent state", "nemotron_h": "keeps a recurrent state",
+           "zamba2": "keeps a recurrent state"}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_hybrid_or_indexed_cache_is_refused_in_one_line(name):
+    from engine.target_cache import check_rollback
+
+    target = any_family_twin(name)
+    with pytest.raises(UnsupportedTargetError) as refused:
+        check_rollback(target)
+    message = str(refused.value)
+    assert REFUSED[name] in message and f"({name})" in message and "\n" not in message, message

@@ -70,7 +70,8 @@ def proposal_ids(config) -> list[int] | None:
 
 # What older and non-Llama configs call the same settings (GPT-2's n_inner, OPT's ffn_dim, LayerNorm
 # epsilons, GPT-2's n_positions); the draft is a Qwen3 stack whatever the target's own layers are.
-_FFN_SIZES = ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size", "shared_expert_intermediate_size")
+# A target with none (an MoE's experts are narrower) gets 3 x hidden, the published drafts' ratio.
+_FFN_SIZES = ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
 _NORM_EPSILONS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "norm_epsilon")
 _CONTEXT_LENGTHS = ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length")
 
@@ -104,7 +105,7 @@ def new_draft_config(
     config = Qwen3Config(
         vocab_size=text_config.vocab_size,
         hidden_size=hidden,
-        intermediate_size=intermediate_size or _setting(text_config, _FFN_SIZES, 4 * hidden),
+        intermediate_size=intermediate_size or _setting(text_config, _FFN_SIZES, 3 * hidden),
         num_hidden_layers=num_layers,
         num_attention_heads=text_config.num_attention_heads,
         num_key_value_heads=_setting(text_config, ("num_key_value_heads",), text_config.num_attention_heads),

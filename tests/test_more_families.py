@@ -27,10 +27,10 @@ BLOCK = 8
 
 # Their decoder stacks live under other names (GPT-2's transformer.h, MPT's blocks, Llama 4's
 # model.layers below a causal LM that is its own decoder), their norms are LayerNorms, their
-# positions ALiBi-free rotary or learned, their attention multi-query, latent or sliding.
-MORE_FAMILIES = ["codegen", "cohere2", "deepseek_v2", "falcon", "gemma2", "glm4", "gpt2", "gpt_bigcode", "gpt_neox",
-                 "gptj", "granite", "llama4_text", "minicpm3", "mllama", "mistral", "mixtral", "mpt", "olmo2", "phi", "phi3",
-                 "stablelm", "starcoder2"]
+# positions rotary, learned or ALiBi (MPT), their attention multi-query, latent or sliding.
+MORE_FAMILIES = ["codegen", "cohere2", "deepseek_v2", "falcon", "gemma2", "glm4", "gpt2", "gpt_bigcode",
+                 "gpt_neox", "gptj", "granite", "llama4_text", "minicpm3", "mllama", "mistral", "mixtral",
+                 "mpt", "olmo2", "opt", "phi", "phi3", "stablelm", "starcoder2"]
 
 
 @pytest.fixture(scope="module", params=MORE_FAMILIES)
@@ -155,3 +155,22 @@ def test_a_hybrid_or_indexed_cache_is_refused_in_one_line(name):
         check_rollback(target)
     message = str(refused.value)
     assert REFUSED[name] in message and f"({name})" in message and "\n" not in message, message
+
+
+def test_a_new_draft_takes_the_targets_settings_under_the_names_its_config_uses():
+    """GPT-2 says n_inner (None: its own MLP is 4x) and layer_norm_epsilon, OPT ffn_dim, an MoE
+    has no dense width at all: the draft (a Qwen3 stack) gets 3 x hidden, as the published drafts."""
+    import transformers as tf
+
+    from engine.draft import new_draft_config
+
+    def shape(config):
+        draft = new_draft_config(config, 1, BLOCK, 5)
+        return (draft.hidden_size, draft.intermediate_size, draft.num_key_value_heads, draft.rms_norm_eps,
+                draft.max_position_embeddings)
+
+    assert shape(tf.GPT2Config()) == (768, 3 * 768, 12, 1e-5, 1024)
+    assert shape(tf.OPTConfig()) == (768, 3072, 12, 1e-6, 2048)
+    moe = tf.Qwen3_5MoeTextConfig()
+    assert shape(moe) == (moe.hidden_size, 3 * moe.hidden_size, moe.num_key_value_heads, moe.rms_norm_eps,
+                          moe.max_position_embeddings)

@@ -24,8 +24,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers import DynamicCache
-from transformers.cache_utils import (Cache, DynamicLayer, DynamicSlidingWindowLayer, LinearAttentionLayer,
-                                      StaticLayer)
+from transformers.cache_utils import (Cache, DynamicIndexedLayer, DynamicLayer, DynamicSlidingWindowLayer,
+                                      LinearAttentionLayer, StaticLayer)
 
 from .errors import UnsupportedTargetError
 from .features import decoder_layers
@@ -77,6 +77,11 @@ def check_rollback(target) -> None:
         kind = type(layer_cache)
         if kind in ATTENTION_LAYERS:
             continue
+        if kind is DynamicIndexedLayer:
+            raise UnsupportedTargetError(
+                f"{family_name(target)}: layer {index} uses sparse attention (a DynamicIndexedLayer cache) whose "
+                f"indexer, once the context passes index_topk positions, keeps other keys for a block of tokens "
+                f"than for the same tokens one at a time; DFlash's verify would not give plain decoding's tokens")
         if kind is LinearAttentionLayer:
             if mixer_of(layers[index]) is None:
                 mixers = ", ".join(name for name, _ in layers[index].named_children())

@@ -86,7 +86,12 @@ _SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidde
               ffn_hidden_size=128, rotary_dim=8, word_embed_proj_dim=64)
 _LATENT_ATTENTION = dict(head_dim=8, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8,
                          qk_nope_head_dim=16, v_head_dim=16, n_group=1, topk_group=1)
-_PER_TYPE = {"deepseek_v2": _LATENT_ATTENTION, "minicpm3": _LATENT_ATTENTION, "glm4_moe_lite": _LATENT_ATTENTION}
+# sparse attention (DSA) keeps the 8 best-scored earlier keys of each query, so that a reply of 47
+# tokens drops some: the indexer's choice is part of what a verify must reproduce
+_SPARSE_ATTENTION = dict(_LATENT_ATTENTION, index_topk=8, index_head_dim=16, index_n_heads=2)
+_PER_TYPE = {name: _LATENT_ATTENTION for name in ("axk1", "deepseek_v2", "deepseek_v3", "glm4_moe_lite", "minicpm3",
+                                                 "youtu")}
+_PER_TYPE.update({name: _SPARSE_ATTENTION for name in ("axk2", "deepseek_v32", "glm_moe_dsa")})
 
 
 def any_family_twin(model_type: str, seed: int = 0, sharpness: float = 8.0):

@@ -77,9 +77,16 @@ _CONTEXT_LENGTHS = ("max_position_embeddings", "n_positions", "seq_length", "max
 
 
 def _setting(config, names: tuple[str, ...], default):
-    """The first of ``names`` the config sets (not None), else ``default``."""
+    """The first of ``names`` the config sets (not None), else ``default``. A setting that varies
+    by layer (a heterogeneous config: Gemma 4's head_dim) is read from the first full-attention
+    layer, which is what every draft layer is."""
+    per_layer = getattr(config, "per_layer_attributes", None) or set()
     for name in names:
-        value = getattr(config, name, None)
+        source = config
+        if name in per_layer:
+            kinds = getattr(config, "layer_types", None) or []
+            source = config.per_layer_config[kinds.index("full_attention") if "full_attention" in kinds else 0]
+        value = getattr(source, name, None)
         if value is not None and not isinstance(value, (list, dict)):
             return value
     return default
@@ -97,7 +104,7 @@ def new_draft_config(
     text_config = target_config.get_text_config() if hasattr(target_config, "get_text_config") else target_config
     n_target = text_config.num_hidden_layers
     layer_ids = list(target_layer_ids) if target_layer_ids is not None else default_target_layer_ids(n_target, num_layers)
-    head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
+    head_dim = _setting(text_config, ("head_dim",), None) or text_config.hidden_size // text_config.num_attention_heads
     rope = getattr(text_config, "rope_parameters", None) or {"rope_type": "default", "rope_theta": 10000.0}
     if isinstance(rope.get("full_attention"), dict):  # per layer kind (Gemma 3, MiMo): draft layers are full
         rope = rope["full_attention"]

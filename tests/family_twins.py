@@ -83,7 +83,7 @@ _SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidde
               n_embd=64, n_layer=4, n_head=4, d_model=64, n_positions=512, n_inner=128, ffn_dim=128,
               moe_intermediate_size=32, num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2,
               shared_expert_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
-              ffn_hidden_size=128, rotary_dim=8, word_embed_proj_dim=64)
+              ffn_hidden_size=128, rotary_dim=8, word_embed_proj_dim=64, attention_chunk_size=WINDOW)
 _LATENT_ATTENTION = dict(head_dim=8, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8,
                          qk_nope_head_dim=16, v_head_dim=16, n_group=1, topk_group=1)
 # sparse attention (DSA) keeps the 8 best-scored earlier keys of each query, so that a reply of 47
@@ -94,8 +94,22 @@ _PER_TYPE = {name: _LATENT_ATTENTION for name in ("axk1", "deepseek_v2", "deepse
 _PER_TYPE.update({name: _SPARSE_ATTENTION for name in ("axk2", "deepseek_v32", "glm_moe_dsa")})
 
 
+def _gemma4_text_config():
+    """Gemma 4's head_dim is set per layer kind (a heterogeneous config): given whole, not shrunk."""
+    return tf.Gemma4TextConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                               num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32,
+                               sliding_window=WINDOW, layer_types=["sliding_attention"] * 3 + ["full_attention"],
+                               vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=16,
+                               max_position_embeddings=512, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+_WHOLE_CONFIGS = {"gemma4_text": _gemma4_text_config}
+
+
 def any_family_twin(model_type: str, seed: int = 0, sharpness: float = 8.0):
     """A tiny random twin of any causal LM transformers knows by ``model_type``, in fp32, eval mode."""
+    if model_type in _WHOLE_CONFIGS:
+        return _random_model(_WHOLE_CONFIGS[model_type](), seed, sharpness)
     config = tf.AutoConfig.for_model(model_type)
     text = config.get_text_config()
     for name, value in {**_SMALL, **_PER_TYPE.get(model_type, {})}.items():
@@ -107,6 +121,10 @@ def any_family_twin(model_type: str, seed: int = 0, sharpness: float = 8.0):
     layer_types = getattr(text, "layer_types", None)
     if isinstance(layer_types, list) and layer_types and len(layer_types) != text.num_hidden_layers:
         text.layer_types = (layer_types * text.num_hidden_layers)[:text.num_hidden_layers]
+    return _random_model(config, seed, sharpness)
+
+
+def _random_model(config, seed: int, sharpness: float):
     torch.manual_seed(seed)
     model = tf.AutoModelForCausalLM.from_config(config).float().eval()
     with torch.no_grad():

@@ -28,9 +28,9 @@ BLOCK = 8
 # Their decoder stacks live under other names (GPT-2's transformer.h, MPT's blocks, Llama 4's
 # model.layers below a causal LM that is its own decoder), their norms are LayerNorms, their
 # positions rotary, learned or ALiBi (MPT), their attention multi-query, latent or sliding.
-MORE_FAMILIES = ["codegen", "cohere2", "deepseek_v2", "falcon", "gemma2", "glm4", "gpt2", "gpt_bigcode",
-                 "gpt_neox", "gptj", "granite", "llama4_text", "minicpm3", "mllama", "mistral", "mixtral",
-                 "mpt", "olmo2", "opt", "phi", "phi3", "stablelm", "starcoder2"]
+MORE_FAMILIES = ["codegen", "cohere2", "deepseek_v2", "falcon", "gemma2", "gemma4_text", "glm4", "gpt2",
+                 "gpt_bigcode", "gpt_neox", "gptj", "granite", "llama4_text", "minicpm3", "mllama", "mistral",
+                 "mixtral", "mpt", "olmo2", "opt", "phi", "phi3", "stablelm", "starcoder2"]
 
 
 @pytest.fixture(scope="module", params=MORE_FAMILIES)
@@ -163,7 +163,8 @@ def test_a_hybrid_or_indexed_cache_is_refused_in_one_line(name):
 
 def test_a_new_draft_takes_the_targets_settings_under_the_names_its_config_uses():
     """GPT-2 says n_inner (None: its own MLP is 4x) and layer_norm_epsilon, OPT ffn_dim, an MoE
-    has no dense width at all: the draft (a Qwen3 stack) gets 3 x hidden, as the published drafts."""
+    has no dense width at all (the draft, a Qwen3 stack, gets 3 x hidden, as the published
+    drafts), Gemma 4 a head_dim per layer kind."""
     import transformers as tf
 
     from engine.draft import new_draft_config
@@ -175,6 +176,8 @@ def test_a_new_draft_takes_the_targets_settings_under_the_names_its_config_uses(
 
     assert shape(tf.GPT2Config()) == (768, 3 * 768, 12, 1e-5, 1024)
     assert shape(tf.OPTConfig()) == (768, 3072, 12, 1e-6, 2048)
+    # Gemma 4 sets head_dim per layer kind: the draft's layers are full attention, and take theirs
+    assert new_draft_config(any_family_twin("gemma4_text").config, 1, BLOCK, 5).head_dim == 32
     moe = tf.Qwen3_5MoeTextConfig()
     assert shape(moe) == (moe.hidden_size, 3 * moe.hidden_size, moe.num_key_value_heads, moe.rms_norm_eps,
                           moe.max_position_embeddings)

@@ -197,7 +197,8 @@ class StaticSession:
 
 
 @torch.inference_mode()
-def static_disagreement(backend: StaticBackend, prompt_lengths: tuple[int, ...] = (7, 13), width: int = 4) -> str | None:
+def static_disagreement(backend: StaticBackend, prompt_lengths: tuple[int, ...] = (7, 13),
+                        width: int = 4) -> str | None:
     """Why the static caches would change what the target computes (None when they do not).
 
     For each prompt length, a prefill and a padded verify on the static caches beside the same

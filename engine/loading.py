@@ -22,7 +22,7 @@ from .memory import free_memory, keeps_format
 from .quantization import (check_dequantizable, device_kernels, loading_config, plan_quantization,
                            quantization_settings, quiet_transformers, widen_to)
 from .shipped import ASSETS_ENV, DEFAULT_PAIR, assets_dir, pair_dirs, pair_name  # noqa: F401 (re-exported)
-from .target_cache import check_verify_contract, check_rollback_config
+from .target_cache import check_rollback_config, check_verify_contract
 from .weights import check_weight_files, guard_logits, safetensors_files
 
 EMBEDDED_NAME = DEFAULT_PAIR.name

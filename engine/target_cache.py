@@ -240,7 +240,8 @@ class TargetCache:
 
     def keep_attention(self, length: int, remove: int) -> None:
         for layer in self.attention:
-            if getattr(layer, "is_initialized", True):  # a layer no token reached (Mllama's cross-attention) has nothing to crop
+            # a layer no token reached (Mllama's cross-attention, text only) has nothing to crop
+            if getattr(layer, "is_initialized", True):
                 layer.crop(-remove)  # also when remove == 0: trims a sliding layer back to its window
 
     @torch.no_grad()

@@ -55,7 +55,8 @@ def test_greedy_dflash_equals_plain_greedy_eagerly_and_on_static_caches(family, 
     try:
         assert static_disagreement(backend) is None, name
         # the stand-in draft that accepts 0..B-1 tokens: every rollback length, past every window
-        monkeypatch.setattr(decode_module, "propose", oracle_propose(reference, target.config.get_text_config().vocab_size))
+        vocab = target.config.get_text_config().vocab_size
+        monkeypatch.setattr(decode_module, "propose", oracle_propose(reference, vocab))
         assert decode(target, draft) == reference, name
         assert decode(target, draft, backend) == reference, name
     finally:

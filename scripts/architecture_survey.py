@@ -9,7 +9,8 @@ eagerly and on the static caches the compiled path uses. One line per type:
 
 - ``identical``: every run gave plain decoding's tokens;
 - ``eager only``: identical eagerly, and the compiled path keeps it eager (``static_disagreement``);
-- ``refused``: the engine refuses it in one line (the reason follows);
+- ``refused``: the engine refuses it in one line (the reason follows), from its config or when
+  a pair loads;
 - ``no twin``: transformers itself cannot build or run the shrunk twin (not a verdict on DFlash);
 - ``MISMATCH``: a run gave other tokens without refusing. That is a bug: the engine must either
   decode a target exactly or refuse it.
@@ -37,7 +38,7 @@ from engine.config import SamplingConfig  # noqa: E402
 from engine.decode import generate  # noqa: E402
 from engine.errors import UnsupportedTargetError  # noqa: E402
 from engine.events import Failed  # noqa: E402
-from engine.target_cache import check_verify_contract  # noqa: E402
+from engine.target_cache import check_rollback, check_verify_contract  # noqa: E402
 from tests.family_twins import any_family_twin  # noqa: E402
 from tests.test_families import NEW_TOKENS, PROMPT, oracle_propose  # noqa: E402
 from tests.tiny_models import tiny_draft  # noqa: E402
@@ -53,6 +54,15 @@ class TookTooLong(Exception):
 def survey(model_type: str) -> tuple[str, str]:
     try:
         target = any_family_twin(model_type)
+    except TookTooLong:
+        raise
+    except Exception as exc:  # noqa: BLE001 - transformers' own failure on a shrunk config: reported, not judged
+        return "no twin", f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+    try:
+        check_rollback(target)  # what loading refuses from the config alone, before any weight is read
+    except UnsupportedTargetError as exc:
+        return "refused", f"at load: {exc}"
+    try:
         reference = target.generate(torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
                                     max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
                                     do_sample=False)[0, len(PROMPT):].tolist()

@@ -23,7 +23,7 @@ import torch
 
 from .features import FeatureCapture, decoder_layers
 from .static_cache import StaticDraftCache, StaticTargetCache
-from .target_cache import TargetCache, logit_drift
+from .target_cache import TargetCache, logit_drift, probe_tokens
 from .weights import check_finite_logits
 
 
@@ -220,8 +220,7 @@ def static_disagreement(backend: StaticBackend, prompt_lengths: tuple[int, ...] 
 def _static_error(backend: StaticBackend, prompt_length: int, width: int) -> float | None:
     """How far the static caches move the logits of a prefill and a padded verify (``logit_drift``)."""
     target = backend.target
-    vocab = target.config.get_text_config().vocab_size
-    ids = [(7 * i + 3) % vocab for i in range(prompt_length + width - 1)]
+    ids = probe_tokens(target, prompt_length + width - 1)
     prompt, block = ids[:prompt_length], ids[prompt_length:]
     eager = EagerSession(target, None)
     try:

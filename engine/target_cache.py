@@ -103,6 +103,12 @@ def logit_drift(got: torch.Tensor, want: torch.Tensor) -> float | None:
     return drift if drift > (1e-3 if want.dtype == torch.float32 else 5e-2) else None
 
 
+def probe_tokens(target, count: int) -> list[int]:
+    """``count`` varied token ids inside the target's vocabulary: the checks' fixed probe text."""
+    vocab = target.config.get_text_config().vocab_size
+    return [(7 * i + 3) % vocab for i in range(count)]
+
+
 @torch.inference_mode()
 def check_verify_contract(target, prompt_length: int = 7, block: int = 4) -> None:
     """Refuse a target on which a verify and its rollback would not give plain decoding's logits.
@@ -115,7 +121,7 @@ def check_verify_contract(target, prompt_length: int = 7, block: int = 4) -> Non
     layers, out of the cache's reach); the refusal names the family and which half failed.
     A few short forwards, run once when a pair is loaded."""
     vocab = target.config.get_text_config().vocab_size
-    ids = [(7 * i + 3) % vocab for i in range(prompt_length + block)]
+    ids = probe_tokens(target, prompt_length + block)
     wrong = [(t + 1) % vocab for t in ids[prompt_length + 1:]]
     device = target.device
 

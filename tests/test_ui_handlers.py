@@ -15,6 +15,7 @@ import pytest
 from service.settings import Settings
 from tests.fake_engine import FakeEngine, FakeReply, fake_studio
 from ui.chat import handlers as h
+from ui.context import MAX_PAGES_REMEMBERED
 
 SETTINGS = Settings(block_size=8, temperature=0.0, top_p=1.0, max_new_tokens=256, fallback=True, show_rejected=True)
 
@@ -446,6 +447,31 @@ def test_a_live_tick_that_lands_after_new_session_is_redrawn_by_the_next(ctx, en
     healed = h.live_refresh(ctx, None, "", stale["live_seen"], None, "a-page-id")  # the page is a new session
     assert healed["sessions"].choices[0] == h.NEW_SESSION_ENTRY and healed["sessions"].value == h.NEW_SESSION_ENTRY[1]
     assert set(h.live_refresh(ctx, None, "", healed["live_seen"], None, "a-page-id")) == {"live_seen"}
+
+
+def test_a_live_tick_fired_before_the_first_send_lands_on_the_session_the_send_made(ctx, engine):
+    """A tick fired on an empty page (no session yet) that runs after the page's first send
+    created its session draws the list for that session, not a "New session" entry the page no
+    longer has; once the page moves to a new session, an empty page's tick draws the entry again."""
+    engine.enqueue("a reply")
+    sent = h.submit_prompt(ctx, None, "a question", SETTINGS, page="a-page-id")
+    run(ctx, sent, page="a-page-id")
+    late = h.live_refresh(ctx, None, "", None, None, "a-page-id")  # its session was read before the send
+    assert late["sessions"].value == sent["session"]
+    assert h.NEW_SESSION_ENTRY not in late["sessions"].choices
+    other_page = h.live_refresh(ctx, None, "", None, None, "another-page-id")
+    assert other_page["sessions"].value == h.NEW_SESSION_ENTRY[1]  # another page's empty view is its own
+    h.new_session(ctx, "a-page-id")
+    after_new = h.live_refresh(ctx, None, "", late["live_seen"], None, "a-page-id")
+    assert after_new["sessions"].value == h.NEW_SESSION_ENTRY[1]
+
+
+def test_the_pages_remembered_for_late_ticks_are_bounded(ctx):
+    for n in range(MAX_PAGES_REMEMBERED + 5):
+        ctx.sent_to_new_session(f"page-{n}", n)
+    assert ctx.shown_session("page-0", None) is None  # the oldest went
+    assert ctx.shown_session(f"page-{MAX_PAGES_REMEMBERED + 4}", None) == MAX_PAGES_REMEMBERED + 4
+    assert ctx.shown_session(f"page-{MAX_PAGES_REMEMBERED + 4}", 7) == 7  # what the page says comes first
 
 
 def test_the_live_tick_writes_only_states_and_hands_what_changed_to_its_redraw(ctx, engine):

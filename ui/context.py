@@ -13,6 +13,9 @@ from service.host import EngineHost
 from service.replies import ReplyService
 from storage.errors import StoreError
 
+# Pages kept in UIContext's per-page records: a closed page is never announced, so the oldest go.
+MAX_PAGES_REMEMBERED = 1024
+
 # What a store call may raise that the UI turns into a message (a bad id, a bad value).
 STORE_ERRORS: tuple[type[Exception], ...] = (StoreError, ValueError)
 
@@ -44,6 +47,7 @@ class UIContext:
     yield_interval_s: float = 0.05  # at most ~20 UI updates a second (cycles in between are coalesced)
     chart_interval_s: float = 0.5
     _page_streams: dict = field(default_factory=dict)  # page -> the PageStream it draws
+    _sent_sessions: dict = field(default_factory=dict)  # page -> the session its send created (see shown_session)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -64,12 +68,33 @@ class UIContext:
             before.left.set()
         return stream
 
+    def sent_to_new_session(self, page: str | None, session_id: int) -> None:
+        """A send from ``page`` created ``session_id`` (its first message)."""
+        if page is None:
+            return
+        with self._lock:
+            self._sent_sessions.pop(page, None)
+            self._sent_sessions[page] = session_id
+            while len(self._sent_sessions) > MAX_PAGES_REMEMBERED:  # closed pages never say so
+                del self._sent_sessions[next(iter(self._sent_sessions))]
+
+    def shown_session(self, page: str | None, session_id: int | None) -> int | None:
+        """The session ``page`` shows, given the one an event read from the page when it fired.
+        An event that fired on a new, empty page (``None``) but ran after that page's send
+        created its session would otherwise act for a page that no longer exists: the send
+        has already told the page its session, which the server knows here."""
+        if session_id is not None or page is None:
+            return session_id
+        with self._lock:
+            return self._sent_sessions.get(page)
+
     def leave_stream(self, page: str | None, wait_s: float = 1.0) -> None:
         """The page shows another session: its reply stream stops drawing (the reply goes on
         generating on the engine worker, and is saved). Waits until the stream has sent its
         last update, so that the caller's view reaches the page after it."""
         with self._lock:
             stream = self._page_streams.pop(page, None)
+            self._sent_sessions.pop(page, None)
         if stream is not None:
             stream.left.set()
             stream.ended.wait(wait_s)  # a stalled engine sends nothing meanwhile, so nothing can overtake

@@ -237,7 +237,7 @@ def _wire_replies(ctx: UIContext, c: SimpleNamespace, outputs) -> None:
     sent = outputs(*h.SENT)
     sent_event = checked([c.chat_input.submit, c.send.click], partial(h.check_send, ctx),
                          [c.session, c.chat_input, c.settings], accepted=c.pending_send, **SETTINGS_ORDER).success(
-        sent.wrap(partial(h.submit_prompt, ctx)), [c.session, c.chat_input, c.settings, c.pending_send],
+        sent.wrap(partial(h.submit_prompt, ctx)), [c.session, c.chat_input, c.settings, c.pending_send, c.page],
         sent.components, api_name="send")
     then_respond(sent_event, api_name="respond")
     c.chat.example_select(use_example, None, c.chat_input, queue=False, api_visibility="undocumented").then(
@@ -275,7 +275,7 @@ def _wire_replies(ctx: UIContext, c: SimpleNamespace, outputs) -> None:
     completed = outputs(*h.COMPLETED)
     completed_event = checked([c.complete.click], partial(h.check_completion, ctx), [c.session, c.code, c.settings],
                               accepted=c.pending_code, **SETTINGS_ORDER).success(
-        completed.wrap(partial(h.submit_completion, ctx)), [c.session, c.code, c.settings, c.pending_code],
+        completed.wrap(partial(h.submit_completion, ctx)), [c.session, c.code, c.settings, c.pending_code, c.page],
         completed.components, api_name="complete")
     then_respond(completed_event, to_editor=True)
 

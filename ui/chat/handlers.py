@@ -358,6 +358,7 @@ def live_refresh(ctx: UIContext, session_id: int | None, query: str, seen: dict 
     session could land after ``on_load``'s and leave the restored session unticked."""
     if page is None:
         return {}
+    session_id = ctx.shown_session(page, session_id)
     seen = dict(seen or {})
     update: dict = {}
     # Keyed on the session too: a tick's inputs are read when it fires, so a tick that fired just
@@ -699,7 +700,7 @@ def _messages(ctx: UIContext, session_id: int) -> list[dict]:
 
 
 def submit_prompt(ctx: UIContext, session_id: int | None, text: str, settings: Settings,
-                  accepted: Accepted | None = None) -> dict:
+                  accepted: Accepted | None = None, page: str | None = None) -> dict:
     """Store the user's message (committed before generation starts), show it (``SENT``) and
     hand ``respond`` the reply to make (``reply_request``).
 
@@ -709,7 +710,7 @@ def submit_prompt(ctx: UIContext, session_id: int | None, text: str, settings: S
     ``accepted``: the message is checked here."""
     if accepted is None:
         accepted = check_send(ctx, session_id, text, settings)
-    view = _submit(ctx, accepted)
+    view = _submit(ctx, accepted, page)
     view["chat"] = view["chat"] + [PENDING]
     if text == accepted.text:
         view["chat_input"] = ""
@@ -717,17 +718,19 @@ def submit_prompt(ctx: UIContext, session_id: int | None, text: str, settings: S
 
 
 def submit_completion(ctx: UIContext, session_id: int | None, code: str, settings: Settings,
-                      accepted: Accepted | None = None) -> dict:
+                      accepted: Accepted | None = None, page: str | None = None) -> dict:
     """Complete mode: store the code as a 'complete' prompt (``COMPLETED``); the model continues
     it as raw text. ``accepted``: what the page's check passed (see ``submit_prompt``)."""
     if accepted is None:
         accepted = check_completion(ctx, session_id, code, settings)
-    return _submit(ctx, accepted)
+    return _submit(ctx, accepted, page)
 
 
-def _submit(ctx: UIContext, accepted: Accepted) -> dict:
+def _submit(ctx: UIContext, accepted: Accepted, page: str | None = None) -> dict:
     """Store what was accepted; the session's view, and the reply ``respond`` makes."""
     session_id, title = _store_prompt(ctx, accepted)
+    if session_id != accepted.session_id:
+        ctx.sent_to_new_session(page, session_id)
     rows, ids = chat_history(ctx, session_id)
     request = _generation_request(ctx, session_id, accepted.prompt, accepted.kind, accepted.settings, accepted.model,
                                   accepted.sampling, accepted.fallback)

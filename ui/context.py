@@ -90,8 +90,9 @@ class UIContext:
 
     def leave_stream(self, page: str | None, wait_s: float = 1.0) -> None:
         """The page shows another session: its reply stream stops drawing (the reply goes on
-        generating on the engine worker, and is saved). Waits until the stream has sent its
-        last update, so that the caller's view reaches the page after it."""
+        generating on the engine worker, and is saved), and the session its send created is
+        forgotten (``shown_session``). Waits until the stream has sent its last update, so
+        that the caller's view reaches the page after it."""
         with self._lock:
             stream = self._page_streams.pop(page, None)
             self._sent_sessions.pop(page, None)

@@ -140,7 +140,7 @@ def model_status_html(ctx: UIContext, page_key: str | None = None) -> str:
 
 
 def _hint(ctx: UIContext, key: str) -> str:
-    """'— answers simple requests · τ 2.6–3.1, 1.4–1.7× plain decoding (bench)': what the pair is
+    """'— answers simple requests · τ 2.7–3.2, 1.4–1.7× plain decoding (bench)': what the pair is
     for and its measured speed, when the model list knows them."""
     choice = getattr(ctx.engines, "catalog", {}).get(key)
     words = [getattr(choice, "hint", "")]

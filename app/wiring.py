@@ -36,7 +36,7 @@ class ModelChoice:
     note: str = ""  # where the pair comes from
     hint: str = ""  # what it is for, in a newcomer's words (the menu shows "key — hint")
     aliases: tuple[str, ...] = ()  # older names that still mean this pair (stored sessions, API clients)
-    speed: str = ""  # its measured speed, for the header ("τ 2.7–3.2, 1.4–1.7× plain decoding")
+    speed: str = ""  # its measured speed, for the header (engine.shipped.ShippedPair.speed())
 
 
 def available_models(config: AppConfig, assets: Path | None = None) -> list[ModelChoice]:

@@ -140,8 +140,8 @@ def model_status_html(ctx: UIContext, page_key: str | None = None) -> str:
 
 
 def _hint(ctx: UIContext, key: str) -> str:
-    """'— answers simple requests · τ 2.7–3.2, 1.4–1.7× plain decoding (bench)': what the pair is
-    for and its measured speed, when the model list knows them."""
+    """'— answers simple requests · τ …, …× plain decoding (bench)': what the pair is for and its
+    measured speed (``ShippedPair.speed()``), when the model list knows them."""
     choice = getattr(ctx.engines, "catalog", {}).get(key)
     words = [getattr(choice, "hint", "")]
     if getattr(choice, "speed", ""):

@@ -33,7 +33,7 @@ class ShippedPair:
     speedup: tuple[float, float] = (0.0, 0.0)
 
     def speed(self) -> str:
-        """'τ 2.7–3.2, 1.4–1.7× plain decoding' (the header's words; the card gives two decimals)."""
+        """'τ 2.8–3.3, 1.5–1.8× plain decoding' (the header's words; the card gives two decimals)."""
         if not self.speedup[1]:
             return ""
         return (f"τ {self.tau[0]:.1f}–{self.tau[1]:.1f}, {self.speedup[0]:.1f}–{self.speedup[1]:.1f}× "
@@ -43,7 +43,7 @@ class ShippedPair:
 SHIPPED_PAIRS = (
     ShippedPair("tiny-coder", "tiny-coder-requests", "answers simple requests",
                 aliases=("tiny-coder-requests", "tiny-coder-requests (answers requests)",
-                         "tiny-coder-requests-answers-requests"), tau=(2.70, 3.24), speedup=(1.40, 1.68)),
+                         "tiny-coder-requests-answers-requests"), tau=(2.75, 3.31), speedup=(1.46, 1.77)),
     ShippedPair("tiny-coder-fast", "tiny-coder", "speed demo, does not answer requests",
                 aliases=("tiny-coder (embedded)", "tiny-coder-embedded"), tau=(6.05, 6.36), speedup=(3.02, 3.13)),
 )

@@ -3,8 +3,8 @@
 #   tiny-coder-fast (assets/models/tiny-coder): the speed demo, high acceptance, does not answer
 #     requests; about 11 hours on 2 cores;
 #   tiny-coder (assets/models/tiny-coder-requests): the default, answers simple requests; built
-#     from the first pair's target and draft, about 15.5 hours more (6.5 for a request pair, then
-#     about 9 in scripts/train_coder.sh).
+#     from the first pair's target and draft, about 17 hours more (6.5 for a request pair, then
+#     about 10.5 in scripts/train_coder.sh).
 # (The folders keep the names they were built under; engine/shipped.py names the pairs.) Every
 # step resumes from its --work checkpoint, so rerun this script after an interruption. Run it in
 # the background:
@@ -92,11 +92,11 @@ dflash-studio train draft --init runs/requests/draft3/model --target runs/reques
 dflash-studio train proposals --target runs/requests/target/model --draft runs/requests/draft4/model \
     --prompts requests-wide --num-sequences 1200 --seed 77 --threads 2 --work runs/requests/proposals
 
-# ---- then that pair trained on with --data coder: three target stages, five draft stages (~9 h) ----
+# ---- then that pair trained on with --data coder: three target stages, six draft stages (~10.5 h) ----
 FROM_TARGET=runs/requests/target/model FROM_DRAFT=runs/requests/draft4/model OUT=runs/coder bash scripts/train_coder.sh
 mkdir -p assets/models/tiny-coder-requests/target assets/models/tiny-coder-requests/draft
 cp runs/coder/stageC/model/* assets/models/tiny-coder-requests/target/
-cp runs/coder/draft5/model/* assets/models/tiny-coder-requests/draft/
+cp runs/coder/draft6/model/* assets/models/tiny-coder-requests/draft/
 # the default pair, as the app, generate and bench run it with no --target
 dflash-studio train eval --target assets/models/tiny-coder-requests/target \
     --prompts assets/prompts/fresh_requests.jsonl --max-new-tokens 96   # parse / on-topic rates

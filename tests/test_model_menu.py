@@ -147,6 +147,6 @@ def test_the_header_shows_the_speed_measured_in_the_model_card_and_the_readme_ag
         card = (assets_dir() / "models" / pair.folder / "README.md").read_text()
         assert f"τ {pair.tau[0]:.2f}–{pair.tau[1]:.2f}" in card and f"{pair.speedup[0]:.2f}–{pair.speedup[1]:.2f}×" in card
         assert pair.speed() in m.model_status_html(ctx, pair.name)
-    assert "τ 2.7–3.2, 1.4–1.7× plain decoding (bench)" in m.model_status_html(ctx)  # the default, loaded
+    assert "τ 2.8–3.3, 1.5–1.8× plain decoding (bench)" in m.model_status_html(ctx)  # the default, loaded
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert f"{DEFAULT_PAIR.speedup[0]:.1f}–{DEFAULT_PAIR.speedup[1]:.1f}×" in readme

@@ -33,7 +33,7 @@ class ShippedPair:
     speedup: tuple[float, float] = (0.0, 0.0)
 
     def speed(self) -> str:
-        """'τ 2.8–3.3, 1.5–1.8× plain decoding' (the header's words; the card gives two decimals)."""
+        """'τ LOW–HIGH, LOW–HIGH× plain decoding', one decimal (the header's words; the card gives two)."""
         if not self.speedup[1]:
             return ""
         return (f"τ {self.tau[0]:.1f}–{self.tau[1]:.1f}, {self.speedup[0]:.1f}–{self.speedup[1]:.1f}× "

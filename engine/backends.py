@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .features import FeatureCapture, decoder_layers
+from .rope_limits import verify_limits
 from .static_cache import StaticDraftCache, StaticTargetCache
 from .target_cache import TargetCache, logit_drift, probe_tokens
 from .weights import check_finite_logits
@@ -42,23 +43,33 @@ class EagerSession:
         self.cache = TargetCache(target)
         self.capture = FeatureCapture(target, draft.target_layer_ids).attach() if draft is not None else None
         self.draft_cache = draft.new_cache() if draft is not None else None
+        self.rope = verify_limits(target.config)
+        self.ids: list[int] = []  # the tokens in the cache, then those of the verify in flight
 
     def prefill(self, prompt_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The last position's logits [1, V] and the prompt's features [1, n, k*H] (None without a draft)."""
         out = self.target(input_ids=torch.tensor([prompt_ids], device=self.target.device),
                           past_key_values=self.cache.cache, use_cache=True, logits_to_keep=1)
         self.cache.commit(len(prompt_ids))  # keeps every prompt position; trims sliding layers to their window
+        self.ids = list(prompt_ids)
         return out.logits[0, -1:], self.capture.take() if self.capture is not None else None
 
     def verify(self, tokens: list[int], start: int, width: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``tokens`` at positions start.. through the target: logits [n, V], features [1, n, k*H]."""
-        device = self.target.device
+        device, verified = self.target.device, len(tokens)
+        del self.ids[start:]
+        self.ids.extend(tokens)
+        keep = {}
+        if self.rope.recompute_at(start):  # as the family's own generate(): the whole sequence again
+            self.cache.close()
+            self.cache, tokens, start, keep = TargetCache(self.target), list(self.ids), 0, {"logits_to_keep": verified}
         if len(tokens) > 1:
             self.cache.before_verify()
         out = self.target(input_ids=torch.tensor([tokens], device=device),
                           position_ids=torch.arange(start, start + len(tokens), device=device)[None],
-                          past_key_values=self.cache.cache, use_cache=True)
-        return out.logits[0], self.capture.take() if self.capture is not None else None
+                          past_key_values=self.cache.cache, use_cache=True, **keep)
+        features = self.capture.take()[:, -verified:] if self.capture is not None else None
+        return out.logits[0, -verified:], features
 
     def commit(self, length: int) -> None:
         self.cache.commit(length)

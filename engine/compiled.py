@@ -35,6 +35,7 @@ import torch
 from .backends import (EagerBackend, StaticBackend, draft_pass, has_linear_attention, static_disagreement,
                        verify_pass)
 from .fallback import reduced_size
+from .rope_limits import verify_limits
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +102,15 @@ class CompiledPath:
         # inductor writes the thread count into its CPU kernels when it compiles them: the
         # compile thread takes the loader's (one thread for a small model on a CPU)
         self.threads = torch.get_num_threads()
+        self.backend = None
         if has_linear_attention(target):
             self.state, self.error = "unsupported", "linear-attention layers roll back eagerly"
-            self.backend = None
+            return
+        if rope := verify_limits(target.config).limits:
+            # a static verify is padded past its real tokens, and the padding's positions would
+            # move the frequencies the real tokens get
+            self.state, self.error = "unsupported", (f"its {rope[0].rope_type} rotary embedding changes with the "
+                                                     "furthest position of a forward, padding included")
             return
         copy_of_target = weight_sharing_copy(target)
         extra = {"buckets": buckets} if buckets else {}

@@ -24,6 +24,7 @@ from .draft import DFlashDraftModel
 from .errors import DFlashError
 from .events import Cycle, DraftSlot, Event, Failed, Finished, Started
 from .fallback import MemorySlot, make_policy
+from .rope_limits import verify_limits
 from .sampling import draw, leading_matches, sample, sampling_probs, speculative_accept
 from .backends import EagerBackend
 
@@ -71,6 +72,7 @@ def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, 
     detok = IncrementalDetokenizer(tokenizer, prompt_ids) if tokenizer is not None else None
     num_prompt = len(prompt_ids)
     max_length = num_prompt + sampling.max_new_tokens
+    rope = verify_limits(target.config)  # a verify must not reach past a longrope / dynamic-NTK boundary
     session = backend.open(target, draft if speculative else None, max_length, max_block)
     try:
         # ---- prefill: the target's first token is the first anchor ----
@@ -89,7 +91,7 @@ def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, 
             if cancel is not None and cancel.is_set():
                 reason = "cancelled"
                 break
-            block = min(policy.block_size, max_length - start)
+            block = rope.block_room(start, min(policy.block_size, max_length - start))
             step = draft_and_verify(session, draft, pending, anchor, start, block, chooser, width=policy.block_size)
             if block > 1:
                 pending = []  # the draft pass took every pending feature into its cache

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .errors import NonFiniteLogitsError
 from .features import FeatureCapture, decoder_layers
 from .rope_limits import verify_limits
 from .static_cache import StaticDraftCache, StaticTargetCache
@@ -209,7 +210,7 @@ class StaticSession:
 
 @torch.inference_mode()
 def static_disagreement(backend: StaticBackend, prompt_lengths: tuple[int, ...] = (7, 13),
-                        width: int = 4) -> str | None:
+                        width: int = 4, bucket: int | None = None, where: str = "on a static cache") -> str | None:
     """Why the static caches would change what the target computes (None when they do not).
 
     For each prompt length, a prefill and a padded verify on the static caches beside the same
@@ -217,28 +218,33 @@ def static_disagreement(backend: StaticBackend, prompt_lengths: tuple[int, ...] 
     model a mask over its whole length, and a few architectures read that differently from the
     eager path's: Doge adds a learned bias to whatever mask it gets and attends both ways without
     one, GPT-Neo compares the cache's length with a causal buffer of its own, BLOOM builds ALiBi
-    from the mask. Such a model stays on the eager path, whose tokens are plain decoding's."""
+    from the mask. Such a model stays on the eager path, whose tokens are plain decoding's.
+
+    The verify runs the backend's pass for (``bucket``, ``width``) where it has one: called
+    again once a pass is compiled (``where="compiled"``), the same check proves the compiled
+    forward computes what the eager one does."""
     for prompt_length in prompt_lengths:
         try:
-            drift = _static_error(backend, prompt_length, width)
+            drift = _static_error(backend, prompt_length, width, bucket or backend.buckets[0])
+        except NonFiniteLogitsError:
+            return f"its logits {where} are NaN or infinite where the eager path's are finite"
         except Exception as exc:
-            return f"the model fails on a static cache ({type(exc).__name__}: {exc})"
+            return f"the model fails {where} ({type(exc).__name__}: {exc})"
         if drift is not None:
-            return f"its logits on a static cache differ from the eager path's by {drift:.1%} of their scale"
+            return f"its logits {where} differ from the eager path's by {drift:.1%} of their scale"
     return None
 
 
-def _static_error(backend: StaticBackend, prompt_length: int, width: int) -> float | None:
+def _static_error(backend: StaticBackend, prompt_length: int, width: int, bucket: int) -> float | None:
     """How far the static caches move the logits of a prefill and a padded verify (``logit_drift``)."""
     target = backend.target
-    ids = probe_tokens(target, prompt_length + width - 1)
+    ids = probe_tokens(target, prompt_length + max(1, width - 1))  # width 1: one token, no padding
     prompt, block = ids[:prompt_length], ids[prompt_length:]
     eager = EagerSession(target, None)
     try:
         want = torch.cat([eager.prefill(prompt)[0], eager.verify(block, prompt_length, width)[0]])
     finally:
         eager.close()
-    bucket = backend.buckets[0]
     caches = backend.caches_for(bucket)
     caches.target.reset()
     session = StaticSession(backend, bucket, caches, speculative=False)

@@ -103,14 +103,8 @@ class CompiledPath:
         # compile thread takes the loader's (one thread for a small model on a CPU)
         self.threads = torch.get_num_threads()
         self.backend = None
-        if has_linear_attention(target):
-            self.state, self.error = "unsupported", "linear-attention layers roll back eagerly"
-            return
-        if rope := verify_limits(target.config).limits:
-            # a static verify is padded past its real tokens, and the padding's positions would
-            # move the frequencies the real tokens get
-            self.state, self.error = "unsupported", (f"its {rope[0].rope_type} rotary embedding changes with the "
-                                                     "furthest position of a forward, padding included")
+        if (why := why_not_compiled(target)) is not None:
+            self.state, self.error = "unsupported", why
             return
         copy_of_target = weight_sharing_copy(target)
         extra = {"buckets": buckets} if buckets else {}
@@ -238,6 +232,10 @@ class CompiledPath:
                     self._compile(*item)
                 if self._jobs.empty():
                     self.state = "ready"
+        except CompiledMismatch as exc:
+            log.warning("replies stay on the eager path: %s", exc)
+            self.state, self.error = "unsupported", str(exc)
+            self._release_backend()
         except Exception as exc:  # the eager path stays; the reason is logged with its traceback
             log.exception("compiling the decode passes failed; replies stay on the eager path")
             self.state, self.error = "failed", f"{type(exc).__name__}: {exc}"
@@ -282,6 +280,11 @@ class CompiledPath:
                 backend.capture.enabled = False
                 backend.capture.clear()
         backend.passes[(kind, bucket, width)] = compiled
+        if kind == "verify":  # the compiled forward against the eager one, before any reply runs it
+            why = static_disagreement(backend, width=width, bucket=bucket, where="compiled")
+            if why is not None:
+                del backend.passes[(kind, bucket, width)]
+                raise CompiledMismatch(why)
         self._ready.add((kind, bucket, width))
         self.report.seconds[(kind, bucket, width)] = time.perf_counter() - started
         self.report.graphs += graphs_compiled() - graphs
@@ -299,6 +302,27 @@ class CompiledPath:
                 else out.clone()
 
         return run
+
+
+def why_not_compiled(target) -> str | None:
+    """Why ``target`` stays on the eager path from its config alone (None: it may compile)."""
+    if has_linear_attention(target):
+        return "linear-attention layers roll back eagerly"
+    if rope := verify_limits(target.config).limits:
+        # a static verify is padded past its real tokens, and the padding's positions would move
+        # the frequencies the real tokens get
+        return (f"its {rope[0].rope_type} rotary embedding changes with the furthest position of a forward, "
+                "padding included")
+    text = target.config.get_text_config()
+    if "chunked_attention" in (getattr(text, "layer_types", None) or ()):
+        # Llama 4: compiled, transformers' chunked mask on a static cache gives other logits than
+        # eagerly (NaN on a twin; with temperature tuning off, from the first chunk boundary on)
+        return "its chunked-attention layers compute otherwise when compiled"
+    return None
+
+
+class CompiledMismatch(Exception):
+    """A compiled pass computes otherwise than the eager path: replies stay eager."""
 
 
 def _allow_enough_graphs() -> None:

@@ -1,9 +1,9 @@
 """The compiled path (engine/compiled.py): torch.compile of the verify and the draft pass on
-static caches gives plain greedy decoding's tokens, compiles each pass into one graph that never
-recompiles during replies, never makes a reply wait for the compile, and keeps answering eagerly
-when the compile fails. Compiling costs tens of seconds per family on a CPU, so two families run
-compiled here (full attention, and sliding windows); tests/test_static_backend.py runs the same
-backend eagerly on every family."""
+static caches gives plain greedy decoding's tokens on every family twin whose layers compile (full
+attention, sliding windows, sinks, latent attention, MoE), compiles each pass into one graph that
+never recompiles during replies, never makes a reply wait for the compile, and keeps answering
+eagerly when the compile fails. Compiling costs tens of seconds per family on a CPU;
+tests/test_static_backend.py runs the same backend eagerly on every family at every block size."""
 
 from __future__ import annotations
 
@@ -38,8 +38,20 @@ def drafts_of(events):
     return [cycle.draft_tokens for cycle in events if isinstance(cycle, Cycle)]
 
 
+# every family twin whose layers compile (linear-attention ones stay eager: below)
+COMPILED_FAMILIES = ["deepseek_v3", "gemma3", "gpt_oss", "llama", "mimo_v2_flash", "qwen3", "qwen3_moe"]
+
+
+def test_every_family_is_compiled_or_says_why_not():
+    from tests.family_twins import FAMILIES
+
+    for name in sorted(set(FAMILIES) - set(COMPILED_FAMILIES)):
+        path = CompiledPath(family_twin(name), None, BLOCK)
+        assert path.state == "unsupported" and path.error == "linear-attention layers roll back eagerly", name
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["llama", "gemma3"])
+@pytest.mark.parametrize("name", COMPILED_FAMILIES)
 def test_the_compiled_path_equals_plain_and_eager_decoding(name, monkeypatch):
     target = family_twin(name)
     reference = plain_greedy(target, PROMPT, NEW_TOKENS)
@@ -103,6 +115,48 @@ def test_a_failed_compile_is_logged_and_replies_stay_eager(monkeypatch, caplog):
     assert path.label == "eager"
     assert list(run(target, draft, BLOCK, path)[-1].token_ids) == reference
     path.close()
+
+
+@pytest.mark.parametrize("fault, why", [
+    (lambda logits: logits + 0.5 * logits.abs().amax(), "its logits compiled differ from the eager path's by"),
+    (lambda logits: logits.masked_fill(torch.ones_like(logits, dtype=torch.bool), float("nan")),
+     "its logits compiled are NaN or infinite where the eager path's are finite")])
+def test_a_compiled_verify_that_computes_otherwise_is_never_used(fault, why, monkeypatch, caplog):
+    """Each compiled verify is checked against the eager path before a reply may run it: one
+    that computes other logits (here a stand-in for a miscompiled pass) keeps replies eager."""
+    target = family_twin("qwen3")
+    reference = plain_greedy(target, PROMPT, NEW_TOKENS)
+    draft = tiny_draft(target, block_size=BLOCK)
+
+    def miscompiled(fn, **kwargs):
+        def run(*args, **kw):
+            out = fn(*args, **kw)
+            return (fault(out[0]), *out[1:]) if isinstance(out, tuple) else out
+        return run
+
+    monkeypatch.setattr(compiled_module.torch, "compile", miscompiled)
+    with caplog.at_level(logging.WARNING, logger="engine.compiled"):
+        path = CompiledPath(target, draft, BLOCK, buckets=(64,)).start(max_length=64)
+        assert not path.wait(timeout=60)
+    try:
+        assert path.state == "unsupported" and path.error.startswith(why), path.error
+        assert path.label == "eager" and not path.backend.passes
+        assert any(why in record.getMessage() for record in caplog.records)
+        assert list(run(target, draft, BLOCK, path)[-1].token_ids) == reference
+    finally:
+        path.close()
+
+
+def test_chunked_attention_stays_on_the_eager_path():
+    """Llama 4's chunked attention, compiled on a static cache, gives NaN logits on a twin (and,
+    with its temperature tuning off, other logits from the first chunk boundary on): it is kept
+    from compiling by its config, before anything compiles."""
+    from tests.family_twins import any_family_twin
+
+    target = any_family_twin("llama4_text")
+    path = CompiledPath(target, tiny_draft(target, block_size=BLOCK), BLOCK)
+    assert path.state == "unsupported" and path.label == "eager"
+    assert path.error == "its chunked-attention layers compute otherwise when compiled"
 
 
 def test_a_reply_on_ready_passes_runs_on_the_static_session_and_releases_it(monkeypatch):

@@ -76,6 +76,7 @@ def _decode(target, draft, prompt_ids, sampling, tokenizer, stop_ids, fallback, 
     session = backend.open(target, draft if speculative else None, max_length, max_block)
     try:
         # ---- prefill: the target's first token is the first anchor ----
+        rope.start_reply(target)
         t0 = clock(device)
         logits, features = session.prefill(prompt_ids)
         anchor = chooser.first(logits)

@@ -77,6 +77,15 @@ class VerifyLimits:
     def describe(self) -> str | None:
         return "; ".join(limit.describe() for limit in self.limits) or None
 
+    def start_reply(self, target) -> None:
+        """A dynamic-NTK rotary module keeps the longest length any earlier forward reached, and
+        only goes back to its own frequencies when a forward is shorter than its boundary: a
+        prompt at least that long would be rotated with the frequencies some earlier, longer
+        reply left behind. Each reply starts from the module's own frequencies, as on a freshly
+        loaded model (transformers' own reset, run by a one-position forward of the module)."""
+        if any(limit.rope_type == "dynamic" for limit in self.limits):
+            reset_dynamic_rotary(target)
+
 
 def verify_limits(config) -> VerifyLimits:
     """The target's limits: none when its rotary frequencies are the same for any forward
@@ -110,3 +119,20 @@ def _limit_of(params: Mapping, text, recompute: bool) -> VerifyLimit | None:
         boundary = getattr(text, "max_position_embeddings", None)
         return VerifyLimit("dynamic", int(boundary)) if boundary else None
     return None
+
+
+def reset_dynamic_rotary(target) -> None:
+    """Every dynamic-NTK rotary module of ``target`` back to its original frequencies."""
+    import torch
+
+    for module in target.modules():
+        rope_type = getattr(module, "rope_type", None)
+        if rope_type is None or not hasattr(module, "original_max_seq_len"):
+            continue
+        kinds = rope_type.items() if isinstance(rope_type, Mapping) else [(None, rope_type)]
+        for layer_type, kind in kinds:
+            if "dynamic" not in str(kind):
+                continue
+            inv_freq = getattr(module, f"{layer_type}_inv_freq" if layer_type else "inv_freq")
+            position = torch.zeros(1, 1, dtype=torch.long, device=inv_freq.device)
+            module(inv_freq.new_zeros(1), position, **({"layer_type": layer_type} if layer_type else {}))

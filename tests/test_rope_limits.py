@@ -17,7 +17,7 @@ from engine.config import SamplingConfig
 from engine.decode import generate
 from engine.events import Finished
 from engine.rope_limits import VerifyLimit, VerifyLimits, verify_limits
-from tests.family_twins import VOCAB, _common
+from tests.family_twins import FAMILIES, VOCAB, _common
 from tests.test_families import NEW_TOKENS, PROMPT, oracle_propose
 from tests.tiny_models import tiny_draft
 
@@ -37,6 +37,11 @@ TWINS = {
     "llama_dynamic": (tf.LlamaConfig, tf.LlamaForCausalLM,
                       _common(max_position_embeddings=BOUNDARY,
                               rope_parameters=dict(rope_type="dynamic", factor=8.0, rope_theta=10000.0))),
+    # one rope per layer kind: dynamic NTK on the full-attention layers only, sliding windows beside
+    "gemma3_dynamic": (tf.Gemma3TextConfig, tf.Gemma3ForCausalLM,
+                       {**FAMILIES["gemma3"][3], "max_position_embeddings": BOUNDARY, "rope_parameters": {
+                           "full_attention": dict(rope_type="dynamic", factor=8.0, rope_theta=10000.0),
+                           "sliding_attention": dict(rope_type="default", rope_theta=10000.0)}}),
 }
 
 
@@ -50,7 +55,7 @@ def twin(name: str, seed: int = 2):
 
 
 @torch.no_grad()
-def reference(target, n: int = NEW_TOKENS) -> tuple[list[int], torch.Tensor]:
+def reference(target, n: int = NEW_TOKENS, prompt=PROMPT) -> tuple[list[int], torch.Tensor]:
     """Plain greedy decoding's tokens and the logits [n, V] each was chosen from.
 
     Phi-3's reference is the uncached forward of each prefix: its own generate() means to compute
@@ -59,15 +64,15 @@ def reference(target, n: int = NEW_TOKENS) -> tuple[list[int], torch.Tensor]:
     drops the cache there but then feeds one token with no context, so it is no reference.
     The others' reference is transformers' own cached greedy generate(), one token per forward."""
     if target.config.model_type == "phi3":
-        ids, rows = list(PROMPT), []
+        ids, rows = list(prompt), []
         for _ in range(n):
             rows.append(target(torch.tensor([ids]), use_cache=False).logits[0, -1])
             ids.append(int(rows[-1].argmax()))
-        return ids[len(PROMPT):], torch.stack(rows)
-    out = target.generate(torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
+        return ids[len(prompt):], torch.stack(rows)
+    out = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
                           max_new_tokens=n, min_new_tokens=n, do_sample=False, output_logits=True,
                           return_dict_in_generate=True)
-    return out.sequences[0, len(PROMPT):].tolist(), torch.cat(out.logits)
+    return out.sequences[0, len(prompt):].tolist(), torch.cat(out.logits)
 
 
 class ForwardLog:
@@ -96,16 +101,16 @@ class ForwardLog:
         self.handle.remove()
 
 
-def decode(target, block: int, oracle_tokens=None, backend=None) -> tuple[list[int], torch.Tensor, list]:
+def decode(target, block: int, backend=None, prompt=PROMPT) -> tuple[list[int], torch.Tensor, list]:
     draft = tiny_draft(target, block_size=max(block, 2)) if block > 1 else None
     log = ForwardLog(target)
     try:
-        events = list(generate(target, draft, PROMPT, SamplingConfig(block_size=block, max_new_tokens=NEW_TOKENS),
+        events = list(generate(target, draft, prompt, SamplingConfig(block_size=block, max_new_tokens=NEW_TOKENS),
                                backend=backend))
     finally:
         log.close()
     assert isinstance(events[-1], Finished), events[-1]
-    chosen_at = range(len(PROMPT) - 1, len(PROMPT) + NEW_TOKENS - 1)
+    chosen_at = range(len(prompt) - 1, len(prompt) + NEW_TOKENS - 1)
     return list(events[-1].token_ids), log.logits_at(chosen_at), log.forwards
 
 
@@ -134,6 +139,25 @@ def test_every_logit_a_reply_chose_from_is_plain_decodings_past_the_boundary(cas
 
 
 @pytest.mark.parametrize("name", sorted(TWINS))
+@pytest.mark.parametrize("prompt_length", [BOUNDARY - 1, BOUNDARY, BOUNDARY + 5])
+def test_a_prompt_that_ends_at_or_past_the_boundary(name, prompt_length):
+    """The first verify starts at the boundary or past it: Phi-3 computes the sequence again
+    only when its cache ends exactly at the boundary, as its own generate() does. The reference
+    ran first on the same twin, so a dynamic-NTK module has seen a longer length before the
+    reply: the reply still starts from the module's own frequencies, as a fresh model does
+    (a prompt this long would not reset them)."""
+    target = twin(name)
+    prompt = [(7 * i + 3) % (VOCAB - 1) for i in range(prompt_length)]
+    tokens, logits = reference(target, prompt=prompt)
+    for block in (1, 8):
+        got, got_logits, forwards = decode(target, block, prompt=prompt)
+        assert got == tokens, (name, block)
+        assert_same_logits(got_logits, logits)
+        recomputes = [positions for positions, _ in forwards[1:] if positions[0] == 0]
+        assert len(recomputes) == (name == "phi3_longrope" and prompt_length <= BOUNDARY), recomputes
+
+
+@pytest.mark.parametrize("name", sorted(TWINS))
 def test_no_verify_reaches_across_the_boundary(name, monkeypatch):
     target = twin(name)
     tokens, _ = reference(target)
@@ -145,11 +169,11 @@ def test_no_verify_reaches_across_the_boundary(name, monkeypatch):
             assert name == "phi3_longrope" and positions[-1] >= BOUNDARY
         else:
             assert positions[-1] < BOUNDARY or positions[0] >= BOUNDARY, positions
-        if name == "llama_dynamic" and positions[-1] >= BOUNDARY:
+        if name.endswith("_dynamic") and positions[-1] >= BOUNDARY:
             assert len(positions) == 1, positions  # past a dynamic-NTK boundary, one token at a time
     recomputes = [p for p in verifies if p[0] == 0]
     assert len(recomputes) == (1 if name == "phi3_longrope" else 0)
-    if name != "llama_dynamic":  # past a longrope boundary, whole blocks again
+    if name.endswith("_longrope"):  # past a longrope boundary, whole blocks again
         assert max(len(p) for p in verifies if p[0] >= BOUNDARY) == 8
 
 

@@ -1,7 +1,8 @@
 """Targets whose rotary frequencies change with the furthest position of a forward (longrope:
 Phi-3 / Phi-3.5 / Phi-4-mini, PhiMoE; dynamic NTK) decode as plain decoding does past the
 boundary: every logit a reply chose from equals plain decoding's, at every block size and every
-accept count, because no verify reaches across the boundary (engine/rope_limits.py).
+accept count, because no verify reaches across the boundary and a dynamic-NTK module starts
+every reply from its own frequencies (engine/rope_limits.py). They stay on the eager path.
 
 The twins' boundary is 16 positions, so a 7-token prompt and 40 new tokens cross it early."""
 

@@ -240,8 +240,17 @@ class CompiledPath:
             log.exception("compiling the decode passes failed; replies stay on the eager path")
             self.state, self.error = "failed", f"{type(exc).__name__}: {exc}"
 
-    @torch.inference_mode()
     def _compile(self, kind: str, bucket: int, width: int) -> None:
+        # inductor's freezing (TORCHINDUCTOR_FREEZING=1, which CPU tuning guides recommend) folds
+        # static-address tensors into constants: the draft cache's fill counters among them, so a
+        # frozen draft pass would propose from a stale context (the verify stays exact, drafting
+        # stops paying); measured, it also made the verify slower (docs/performance.md)
+        import torch._inductor.config
+
+        with torch._inductor.config.patch(freezing=False), torch.inference_mode():
+            self._compile_pass(kind, bucket, width)
+
+    def _compile_pass(self, kind: str, bucket: int, width: int) -> None:
         _allow_enough_graphs()
         backend = self.backend
         caches = backend.caches_for(bucket)

@@ -8,7 +8,11 @@ tests/test_static_backend.py runs the same backend eagerly on every family at ev
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,6 +29,7 @@ from tests.test_families import NEW_TOKENS, PROMPT, oracle_propose, plain_greedy
 from tests.tiny_models import tiny_draft
 
 BLOCK = 4
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(target, draft, block, backend=None):
@@ -77,6 +82,38 @@ def test_the_compiled_path_equals_plain_and_eager_decoding(name, monkeypatch):
         assert path.label == "compiled"
     finally:
         path.close()
+
+
+FREEZING_CHILD = """
+import torch
+from engine.compiled import CompiledPath
+from tests.family_twins import family_twin
+from tests.test_compiled import BLOCK, drafts_of, run
+from tests.tiny_models import tiny_draft
+
+target = family_twin("qwen3", seed=3)
+draft = tiny_draft(target, block_size=BLOCK)
+path = CompiledPath(target, draft, BLOCK, buckets=(64,)).start(max_length=64)
+assert path.wait(timeout=900), path.error
+eager, compiled = run(target, draft, BLOCK), run(target, draft, BLOCK, path)
+path.close()
+path.join()
+assert torch._inductor.config.freezing
+assert list(compiled[-1].token_ids) == list(eager[-1].token_ids)
+assert drafts_of(compiled) == drafts_of(eager), (drafts_of(compiled), drafts_of(eager))
+"""
+
+
+@pytest.mark.slow
+def test_inductor_freezing_set_by_the_user_does_not_reach_the_compiled_passes():
+    """CPU tuning guides recommend TORCHINDUCTOR_FREEZING=1, set as a user sets it: in the
+    environment of a process that then imports torch. It would fold the draft cache's fill counters
+    into constants, and the compiled draft would propose from a stale context: the output stays
+    exact, drafting stops paying."""
+    env = dict(os.environ, TORCHINDUCTOR_FREEZING="1")
+    child = subprocess.run([sys.executable, "-c", FREEZING_CHILD], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=900)
+    assert child.returncode == 0, child.stderr[-3000:]
 
 
 def test_the_first_reply_answers_eagerly_while_the_passes_compile(monkeypatch):

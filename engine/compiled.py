@@ -36,6 +36,8 @@ from .backends import (EagerBackend, StaticBackend, draft_pass, has_linear_atten
                        verify_pass)
 from .fallback import reduced_size
 from .rope_limits import verify_limits
+from .static_cache import StaticDraftCache
+from .target_cache import logit_drift
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +284,10 @@ class CompiledPath:
                 draft_cache.passes = {width: compiled}
                 for step in range(2):
                     draft_cache.run(self.draft, noise, features[:, :1], 9 + step)
+                why = draft_disagreement(self.draft, draft_cache, compiled, noise, features)
                 draft_cache.reset()
+                if why is not None:
+                    raise CompiledMismatch(why)
         finally:
             caches.target.reset()
             if backend.capture is not None:
@@ -328,6 +333,31 @@ def why_not_compiled(target) -> str | None:
         # eagerly (NaN on a twin; with temperature tuning off, from the first chunk boundary on)
         return "its chunked-attention layers compute otherwise when compiled"
     return None
+
+
+def draft_disagreement(draft, cache: StaticDraftCache, compiled: Callable, noise: torch.Tensor,
+                       features: torch.Tensor) -> str | None:
+    """Why the compiled draft pass of ``noise``'s width computes otherwise than the eager draft
+    (None when it does not). Both run on the same random context after a prompt's, at fill
+    levels the warm-up did not use: a pass that kept the cache's counters from its trace (as
+    inductor's freezing would) fails here. The target verifies every token either way, so a
+    disagreeing draft would cost speed, not exactness; it is not used."""
+    width = noise.shape[1]
+    generator = torch.Generator().manual_seed(0)
+    noise = torch.randn(noise.shape, generator=generator).to(noise)
+    prompt, two, full = (torch.randn(1, count, features.shape[-1], generator=generator).to(features)
+                         for count in (3, 2, width))
+    hidden = []
+    for passes in ({}, {width: compiled}):
+        cache.reset()
+        cache.passes = {}
+        cache.run(draft, noise, prompt, 3)  # a prompt's context, eagerly
+        cache.passes = passes
+        hidden.append(torch.cat([cache.run(draft, noise, two, 5), cache.run(draft, noise, full, 5 + width)]))
+    cache.reset()
+    cache.passes = {width: compiled}
+    drift = logit_drift(hidden[1], hidden[0])
+    return None if drift is None else f"its compiled draft pass differs from the eager one by {drift:.1%} of its scale"
 
 
 class CompiledMismatch(Exception):

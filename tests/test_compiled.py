@@ -184,6 +184,42 @@ def test_a_compiled_verify_that_computes_otherwise_is_never_used(fault, why, mon
         path.close()
 
 
+def test_a_compiled_draft_pass_that_computes_otherwise_is_never_used(monkeypatch, caplog):
+    """Each compiled draft pass is checked against the eager draft too. The stand-in here keeps
+    the draft cache's fill counter from its first call, as a pass frozen by inductor would: its
+    drafts would come from a stale context, which costs speed (never tokens), so it is not used."""
+    target = family_twin("qwen3")
+    reference = plain_greedy(target, PROMPT, NEW_TOKENS)
+    draft = tiny_draft(target, block_size=BLOCK)
+
+    def miscompiled(fn, **kwargs):
+        if fn.__name__ == "verify":
+            return fn
+        traced = {}
+
+        def stale(noise, context, positions, cache):
+            filled = cache.filled.clone()
+            cache.filled.copy_(traced.setdefault("filled", filled))
+            try:
+                return fn(noise, context, positions, cache)
+            finally:
+                cache.filled.copy_(filled)
+        return stale
+
+    monkeypatch.setattr(compiled_module.torch, "compile", miscompiled)
+    with caplog.at_level(logging.WARNING, logger="engine.compiled"):
+        path = CompiledPath(target, draft, BLOCK, buckets=(64,)).start(max_length=64)
+        assert not path.wait(timeout=60)
+    try:
+        why = "its compiled draft pass differs from the eager one by"
+        assert path.state == "unsupported" and path.error.startswith(why), path.error
+        assert path.label == "eager"
+        assert any(why in record.getMessage() for record in caplog.records)
+        assert list(run(target, draft, BLOCK, path)[-1].token_ids) == reference
+    finally:
+        path.close()
+
+
 def test_chunked_attention_stays_on_the_eager_path():
     """Llama 4's chunked attention, compiled on a static cache, gives NaN logits on a twin (and,
     with its temperature tuning off, other logits from the first chunk boundary on): it is kept

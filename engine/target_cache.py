@@ -152,7 +152,11 @@ def check_verify_contract(target, prompt_length: int = 7, block: int = 4) -> Non
         return torch.cat([first, forward(cache, ids[prompt_length + 1:prompt_length + 2], prompt_length + 1)])
 
     want, got = after_prompt(plain), after_prompt(verified)
-    if (drift := logit_drift(got[:1], want[:1])) is not None:
+    if (drift := logit_drift(got[:1], want[:1])) is not None and (why := reduced_matmul_precision(got.dtype)):
+        raise UnsupportedTargetError(
+            f"{family_name(target)}: its logits for a block of tokens after its cache differ from those of the same "
+            f"tokens one at a time (by {drift:.0%} of their scale) because {why}")
+    if drift is not None:
         raise UnsupportedTargetError(
             f"{family_name(target)}: its logits for a block of tokens after its cache differ from those of the same "
             f"tokens one at a time (by {drift:.0%} of their scale); DFlash's verify would not give plain "
@@ -161,6 +165,18 @@ def check_verify_contract(target, prompt_length: int = 7, block: int = 4) -> Non
         raise UnsupportedTargetError(
             f"{family_name(target)}: after a verify is rolled back, its next logits differ from plain decoding's "
             f"(by {drift:.0%} of their scale): it keeps a state the cache cannot roll back")
+
+
+def reduced_matmul_precision(dtype: torch.dtype) -> str | None:
+    """Why float32 products would round otherwise in a block than one token at a time: torch's
+    float32 matmul precision set below "highest" (TF32 on a GPU, bfloat16 passes on a CPU with
+    AMX, as CPU and GPU tuning guides suggest). None when it is torch's default or not float32."""
+    precision = torch.get_float32_matmul_precision()
+    if dtype != torch.float32 or precision == "highest":
+        return None
+    return (f"torch's float32 matmul precision is {precision!r} (torch.set_float32_matmul_precision): its "
+            f"products round to fewer bits, and a block and single tokens round differently, so DFlash's verify "
+            f"would not give plain decoding's tokens. Set it back to 'highest', torch's default")
 
 
 def check_rollback_config(directory) -> None:

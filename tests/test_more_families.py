@@ -138,6 +138,29 @@ def test_the_load_check_catches_a_rollback_that_leaves_the_rejected_drafts_behin
         check_verify_contract(target)
 
 
+def test_a_float32_matmul_precision_below_highest_is_named_when_it_breaks_the_verify():
+    """torch.set_float32_matmul_precision("medium"), which tuning guides suggest, rounds float32
+    products to bfloat16 on a CPU with AMX (TF32 on a GPU): a block and single tokens then round
+    differently and the load check refuses the pair. The refusal names that setting, not the
+    architecture. A CPU without such units ignores the setting, and the check passes."""
+    from engine.target_cache import reduced_matmul_precision
+
+    target = any_family_twin("qwen3")
+    check_verify_contract(target)
+    default = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        try:
+            check_verify_contract(target)
+        except UnsupportedTargetError as refused:
+            assert "float32 matmul precision is 'medium'" in str(refused) and "\n" not in str(refused)
+        assert "'highest'" in reduced_matmul_precision(torch.float32)
+        assert reduced_matmul_precision(torch.bfloat16) is None
+    finally:
+        torch.set_float32_matmul_precision(default)
+    assert reduced_matmul_precision(torch.float32) is None
+
+
 # Mamba mixers beside attention (Jamba, Bamba, Zamba 2, Nemotron-H), both in one layer (Falcon-H1),
 # lightning attention (MiniMax): no rollback is known for them. Sparse attention (DeepSeek-V3.2,
 # GLM-MoE-DSA) crops like attention, but transformers' indexer keeps other keys for a block than

@@ -154,6 +154,25 @@ def test_a_failed_compile_is_logged_and_replies_stay_eager(monkeypatch, caplog):
     path.close()
 
 
+def assert_never_used(miscompiled, kind: str, why: str, monkeypatch, caplog) -> None:
+    """With ``miscompiled`` in torch.compile's place, the check after compiling catches the
+    ``kind`` pass, logs ``why`` and keeps no such pass; replies stay eager and exact."""
+    target = family_twin("qwen3")
+    reference = plain_greedy(target, PROMPT, NEW_TOKENS)
+    draft = tiny_draft(target, block_size=BLOCK)
+    monkeypatch.setattr(compiled_module.torch, "compile", miscompiled)
+    with caplog.at_level(logging.WARNING, logger="engine.compiled"):
+        path = CompiledPath(target, draft, BLOCK, buckets=(64,)).start(max_length=64)
+        assert not path.wait(timeout=60)
+    try:
+        assert path.state == "unsupported" and path.error.startswith(why), path.error
+        assert path.label == "eager" and not any(key[0] == kind for key in path.backend.passes)
+        assert any(why in record.getMessage() for record in caplog.records)
+        assert list(run(target, draft, BLOCK, path)[-1].token_ids) == reference
+    finally:
+        path.close()
+
+
 @pytest.mark.parametrize("fault, why", [
     (lambda logits: logits + 0.5 * logits.abs().amax(), "its logits compiled differ from the eager path's by"),
     (lambda logits: logits.masked_fill(torch.ones_like(logits, dtype=torch.bool), float("nan")),
@@ -161,37 +180,19 @@ def test_a_failed_compile_is_logged_and_replies_stay_eager(monkeypatch, caplog):
 def test_a_compiled_verify_that_computes_otherwise_is_never_used(fault, why, monkeypatch, caplog):
     """Each compiled verify is checked against the eager path before a reply may run it: one
     that computes other logits (here a stand-in for a miscompiled pass) keeps replies eager."""
-    target = family_twin("qwen3")
-    reference = plain_greedy(target, PROMPT, NEW_TOKENS)
-    draft = tiny_draft(target, block_size=BLOCK)
-
     def miscompiled(fn, **kwargs):
         def run(*args, **kw):
             out = fn(*args, **kw)
             return (fault(out[0]), *out[1:]) if isinstance(out, tuple) else out
         return run
 
-    monkeypatch.setattr(compiled_module.torch, "compile", miscompiled)
-    with caplog.at_level(logging.WARNING, logger="engine.compiled"):
-        path = CompiledPath(target, draft, BLOCK, buckets=(64,)).start(max_length=64)
-        assert not path.wait(timeout=60)
-    try:
-        assert path.state == "unsupported" and path.error.startswith(why), path.error
-        assert path.label == "eager" and not path.backend.passes
-        assert any(why in record.getMessage() for record in caplog.records)
-        assert list(run(target, draft, BLOCK, path)[-1].token_ids) == reference
-    finally:
-        path.close()
+    assert_never_used(miscompiled, "verify", why, monkeypatch, caplog)
 
 
 def test_a_compiled_draft_pass_that_computes_otherwise_is_never_used(monkeypatch, caplog):
     """Each compiled draft pass is checked against the eager draft too. The stand-in here keeps
     the draft cache's fill counter from its first call, as a pass frozen by inductor would: its
     drafts would come from a stale context, which costs speed (never tokens), so it is not used."""
-    target = family_twin("qwen3")
-    reference = plain_greedy(target, PROMPT, NEW_TOKENS)
-    draft = tiny_draft(target, block_size=BLOCK)
-
     def miscompiled(fn, **kwargs):
         if fn.__name__ == "verify":
             return fn
@@ -206,18 +207,8 @@ def test_a_compiled_draft_pass_that_computes_otherwise_is_never_used(monkeypatch
                 cache.filled.copy_(filled)
         return stale
 
-    monkeypatch.setattr(compiled_module.torch, "compile", miscompiled)
-    with caplog.at_level(logging.WARNING, logger="engine.compiled"):
-        path = CompiledPath(target, draft, BLOCK, buckets=(64,)).start(max_length=64)
-        assert not path.wait(timeout=60)
-    try:
-        why = "its compiled draft pass differs from the eager one by"
-        assert path.state == "unsupported" and path.error.startswith(why), path.error
-        assert path.label == "eager"
-        assert any(why in record.getMessage() for record in caplog.records)
-        assert list(run(target, draft, BLOCK, path)[-1].token_ids) == reference
-    finally:
-        path.close()
+    assert_never_used(miscompiled, "draft", "its compiled draft pass differs from the eager one by", monkeypatch,
+                      caplog)
 
 
 def test_chunked_attention_stays_on_the_eager_path():

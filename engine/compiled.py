@@ -105,6 +105,9 @@ class CompiledPath:
         # compile thread takes the loader's (one thread for a small model on a CPU)
         self.threads = torch.get_num_threads()
         self.backend = None
+        if compile_turned_off():
+            self.state, self.error = "off", "torch.compile is turned off in this process (TORCH_COMPILE_DISABLE)"
+            return
         if (why := why_not_compiled(target)) is not None:
             self.state, self.error = "unsupported", why
             return
@@ -316,6 +319,14 @@ class CompiledPath:
                 else out.clone()
 
         return run
+
+
+def compile_turned_off() -> bool:
+    """TORCH_COMPILE_DISABLE=1 (torch._dynamo's ``disable``): torch.compile hands back each pass
+    as it is, and the header would say "compiled" over eager passes."""
+    import torch._dynamo
+
+    return bool(torch._dynamo.config.disable)
 
 
 def why_not_compiled(target) -> str | None:

@@ -211,6 +211,23 @@ def test_a_compiled_draft_pass_that_computes_otherwise_is_never_used(monkeypatch
                       caplog)
 
 
+def test_with_torch_compile_turned_off_the_header_says_eager(monkeypatch):
+    """TORCH_COMPILE_DISABLE=1 makes torch.compile hand back each pass uncompiled: the model
+    header would say "compiled" over eager passes on static caches. The path says it is off."""
+    import torch._dynamo
+
+    monkeypatch.setattr(torch._dynamo.config, "disable", True)
+    target = family_twin("qwen3")
+    draft = tiny_draft(target, block_size=BLOCK)
+    path = CompiledPath(target, draft, BLOCK, buckets=(64,)).start(max_length=64)
+    try:
+        assert not path.wait(timeout=5)
+        assert path.state == "off" and path.label == "eager" and "TORCH_COMPILE_DISABLE" in path.error
+        assert list(run(target, draft, BLOCK, path)[-1].token_ids) == plain_greedy(target, PROMPT, NEW_TOKENS)
+    finally:
+        path.close()
+
+
 def test_chunked_attention_stays_on_the_eager_path():
     """Llama 4's chunked attention, compiled on a static cache, gives NaN logits on a twin (and,
     with its temperature tuning off, other logits from the first chunk boundary on): it is kept

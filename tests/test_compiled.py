@@ -211,15 +211,15 @@ def test_a_compiled_draft_pass_that_computes_otherwise_is_never_used(monkeypatch
                       caplog)
 
 
-def test_with_torch_compile_turned_off_the_header_says_eager(monkeypatch):
+def test_with_torch_compile_turned_off_the_header_says_eager():
     """TORCH_COMPILE_DISABLE=1 makes torch.compile hand back each pass uncompiled: the model
     header would say "compiled" over eager passes on static caches. The path says it is off."""
     import torch._dynamo
 
-    monkeypatch.setattr(torch._dynamo.config, "disable", True)
     target = family_twin("qwen3")
     draft = tiny_draft(target, block_size=BLOCK)
-    path = CompiledPath(target, draft, BLOCK, buckets=(64,)).start(max_length=64)
+    with torch._dynamo.config.patch(disable=True):  # the config module's own patch (monkeypatch deletes it)
+        path = CompiledPath(target, draft, BLOCK, buckets=(64,)).start(max_length=64)
     try:
         assert not path.wait(timeout=5)
         assert path.state == "off" and path.label == "eager" and "TORCH_COMPILE_DISABLE" in path.error

@@ -138,11 +138,13 @@ def test_the_load_check_catches_a_rollback_that_leaves_the_rejected_drafts_behin
         check_verify_contract(target)
 
 
-def test_a_float32_matmul_precision_below_highest_is_named_when_it_breaks_the_verify():
+def test_a_float32_matmul_precision_below_highest_is_named_when_it_breaks_the_verify(monkeypatch):
     """torch.set_float32_matmul_precision("medium"), which tuning guides suggest, rounds float32
     products to bfloat16 on a CPU with AMX (TF32 on a GPU): a block and single tokens then round
     differently and the load check refuses the pair. The refusal names that setting, not the
-    architecture. A CPU without such units ignores the setting, and the check passes."""
+    architecture. A CPU without such units ignores the setting, and the check passes; the drift
+    is then forced, so that the refusal's wording is checked on every machine."""
+    from engine import target_cache
     from engine.target_cache import reduced_matmul_precision
 
     target = any_family_twin("qwen3")
@@ -156,9 +158,15 @@ def test_a_float32_matmul_precision_below_highest_is_named_when_it_breaks_the_ve
             assert "float32 matmul precision is 'medium'" in str(refused) and "\n" not in str(refused)
         assert "'highest'" in reduced_matmul_precision(torch.float32)
         assert reduced_matmul_precision(torch.bfloat16) is None
+        monkeypatch.setattr(target_cache, "logit_drift", lambda got, want: 0.01)
+        with pytest.raises(UnsupportedTargetError, match=r"by 1% of their scale\) because torch's float32 matmul "
+                                                         r"precision is 'medium'"):
+            check_verify_contract(target)
     finally:
         torch.set_float32_matmul_precision(default)
     assert reduced_matmul_precision(torch.float32) is None
+    with pytest.raises(UnsupportedTargetError, match="DFlash's verify would not give plain decoding's tokens$"):
+        check_verify_contract(target)  # the drift still forced: at the default precision, the general reason
 
 
 # Mamba mixers beside attention (Jamba, Bamba, Zamba 2, Nemotron-H), both in one layer (Falcon-H1),

@@ -29,17 +29,23 @@ from .target_cache import TargetCache, logit_drift, probe_tokens
 from .weights import check_finite_logits
 
 
+@dataclass
 class EagerBackend:
+    """``release``: called when a session closes (the compiled path counts the eager replies, so
+    that it compiles between them)."""
+
+    release: Callable[[], None] | None = None
     name = "eager"
 
     def open(self, target, draft, max_length: int, max_width: int) -> "EagerSession":
-        return EagerSession(target, draft)
+        return EagerSession(target, draft, self.release)
 
 
 class EagerSession:
     """One reply on a fresh ``DynamicCache``; hooks capture the draft's features."""
 
-    def __init__(self, target, draft):
+    def __init__(self, target, draft, release: Callable[[], None] | None = None):
+        self.release = release
         self.target = target
         self.cache = TargetCache(target)
         self.capture = FeatureCapture(target, draft.target_layer_ids).attach() if draft is not None else None
@@ -76,9 +82,13 @@ class EagerSession:
         self.cache.commit(length)
 
     def close(self) -> None:
-        self.cache.close()
-        if self.capture is not None:
-            self.capture.detach()
+        try:
+            self.cache.close()
+            if self.capture is not None:
+                self.capture.detach()
+        finally:
+            if self.release is not None:
+                self.release()
 
 
 @dataclass

@@ -7,6 +7,10 @@ answers, then used by every reply that fits a compiled bucket.
   traced would otherwise be traced into it.
 - One lock guards the copy and its caches: a reply takes it without waiting (when a compile holds
   it, the reply answers eagerly); a compile waits for the reply in progress.
+- Replies come first (``GiveWay``): while an eager reply runs, the compile thread pauses at its
+  next Python call. Tracing a pass holds the GIL most of the time, and an eager reply beside it,
+  whose every op gives the GIL up and then waits to take it back, ran 10–60× slower (measured:
+  docs/performance.md).
 - Shapes are fixed per (length bucket, width): a verify of the policy's block (full, reduced,
   one token) and a draft pass of the draft's block; each is compiled once, run twice at warm-up
   (the second run proves that it does not recompile), and counted. ``recompiles`` counts graphs
@@ -21,10 +25,12 @@ answers, then used by every reply that fits a compiled bucket.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import logging
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -79,6 +85,53 @@ class CompileReport:
                 "passes": {f"{kind} {bucket}x{width}": round(s, 2) for (kind, bucket, width), s in self.seconds.items()}}
 
 
+class GiveWay:
+    """Lets eager replies run at full speed beside the compile thread: its trace function
+    (``at_call``, installed with ``sys.settrace`` in that thread only) runs at each new Python
+    frame there, and while a reply runs it waits for the reply to end. The wait lasts ``pause``
+    seconds at most and is then followed by ``run`` seconds of compiling, so that a lock the
+    paused compile holds and a reply needs is let go, and a steady stream of replies slows the
+    compile instead of stopping it. Its cost: compiling takes about 1.2× as long (measured,
+    docs/performance.md)."""
+
+    def __init__(self, pause: float = 0.25, run: float = 0.02):
+        self.pause, self.run = pause, run
+        self.running = 0  # eager replies (and other eager work) in progress
+        self._changed = threading.Condition()
+        self._closed = False
+        self._run_until = 0.0
+
+    def started(self) -> None:
+        with self._changed:
+            self.running += 1
+
+    def ended(self) -> None:
+        with self._changed:
+            self.running -= 1
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def while_running(self):
+        """For other eager work that must not share the GIL with a compile (measuring costs)."""
+        self.started()
+        try:
+            yield
+        finally:
+            self.ended()
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def at_call(self, frame, event, arg) -> None:
+        """The trace function: returns None, so no frame is traced line by line."""
+        if self.running and time.monotonic() >= self._run_until:
+            with self._changed:
+                self._changed.wait_for(lambda: not self.running or self._closed, timeout=self.pause)
+            self._run_until = time.monotonic() + self.run
+
+
 class CompiledPath:
     """Compiles, in the background, the passes replies of ``max_block`` need, and hands out the
     static backend when they are ready. ``mode``: torch.compile's mode (None: inductor's
@@ -87,6 +140,7 @@ class CompiledPath:
     def __init__(self, target, draft, max_block: int, mode: str | None = None,
                  buckets: tuple[int, ...] | None = None, reduced_block: int = 4):
         self.draft = draft
+        self.give_way = GiveWay()
         self.max_block = max_block
         self.mode = mode
         self.reduced_block = reduced_block
@@ -145,7 +199,12 @@ class CompiledPath:
         A pass not compiled yet is queued for the compile thread."""
         backend = self.acquire(max_length, max_block)
         if backend is None:
-            return EagerBackend().open(target, draft, max_length, max_block)
+            self.give_way.started()
+            try:
+                return EagerBackend(release=self.give_way.ended).open(target, draft, max_length, max_block)
+            except BaseException:
+                self.give_way.ended()
+                raise
         try:
             return backend.open(backend.target, draft, max_length, max_block)
         except BaseException:
@@ -204,6 +263,7 @@ class CompiledPath:
         """Stop compiling (after the pass in progress) and let the copy's hooks and caches go."""
         self._closed = True
         self._jobs.put(None)
+        self.give_way.close()
         if self._thread is None or not self._thread.is_alive():
             self._release_backend()
 
@@ -220,6 +280,7 @@ class CompiledPath:
 
     def _work(self) -> None:
         torch.set_num_threads(self.threads)
+        sys.settrace(self.give_way.at_call)  # this thread's calls only
         try:
             with self._lock:
                 why = static_disagreement(self.backend)

@@ -4,6 +4,7 @@ this process with torch. It implements ``engine.interface.Engine`` (as does the 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -151,7 +152,9 @@ class LocalEngine:
             return None
         top = max_block or 2 * self.block_size
         sizes = {1, min(4, top), min(self.block_size, top), top}
-        with self._costs_lock:
+        # the compile thread gives way meanwhile: beside a compile, the GIL would time the compile
+        beside = self.compiled.give_way.while_running() if self.compiled is not None else contextlib.nullcontext()
+        with self._costs_lock, beside:
             self._costs = measure(self.models, context=128, sizes=sorted(sizes), repeats=9)
             return self._costs
 

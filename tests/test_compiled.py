@@ -135,6 +135,81 @@ def test_the_first_reply_answers_eagerly_while_the_passes_compile(monkeypatch):
         path.close()
 
 
+def _a_python_call() -> None:
+    """A new frame: what the compile thread's trace function sees."""
+
+
+def test_the_compile_thread_pauses_while_an_eager_reply_runs(monkeypatch):
+    """Tracing a pass beside an eager reply slowed the reply 10-60x (the GIL): the compile thread
+    gives way at its next Python call until the reply ends, however the reply ends."""
+    target = family_twin("qwen3")
+    draft = tiny_draft(target, block_size=BLOCK)
+    in_pass, stop, progress = threading.Event(), threading.Event(), []
+
+    def compiling(self, *item):
+        in_pass.set()
+        while not stop.is_set():
+            _a_python_call()
+            progress.append(1)
+            stop.wait(0.001)
+
+    monkeypatch.setattr(CompiledPath, "_compile", compiling)
+    path = CompiledPath(target, draft, BLOCK, buckets=(64,)).start(max_length=64)
+    path.give_way.pause = 60.0  # no slice of compiling while the reply runs, within this test
+    try:
+        assert in_pass.wait(30)
+        session = path.open(target, draft, 40, BLOCK)
+        assert isinstance(session, EagerSession) and path.give_way.running == 1
+        threading.Event().wait(0.3)  # the compile thread reaches its next call and waits there
+        paused_at = len(progress)
+        threading.Event().wait(0.5)
+        assert len(progress) == paused_at, "the compile went on beside the reply"
+        session.close()
+        assert path.give_way.running == 0
+        for _ in range(300):
+            if len(progress) > paused_at:
+                break
+            threading.Event().wait(0.1)
+        assert len(progress) > paused_at, "the compile did not go on after the reply"
+
+        # a whole reply, and one its reader drops after the first event, both count as ended
+        assert isinstance(run(target, draft, BLOCK, path)[-1], Finished)
+        reply = generate(target, draft, PROMPT, SamplingConfig(block_size=BLOCK, max_new_tokens=NEW_TOKENS),
+                         backend=path)
+        next(reply)
+        assert path.give_way.running == 1
+        reply.close()
+        assert path.give_way.running == 0
+    finally:
+        stop.set()
+        path.close()
+
+
+def test_a_lock_the_paused_compile_holds_reaches_the_waiting_reply():
+    """The pause is sliced: a compile paused while it holds a lock a reply waits for lets it go."""
+    give_way = compiled_module.GiveWay(pause=0.05, run=0.01)
+    lock, held = threading.Lock(), threading.Event()
+
+    def compiling():
+        sys.settrace(give_way.at_call)
+        with lock:
+            held.set()
+            for _ in range(200):
+                _a_python_call()
+
+    give_way.started()
+    thread = threading.Thread(target=compiling, daemon=True)
+    thread.start()
+    try:
+        assert held.wait(30)
+        assert lock.acquire(timeout=60), "the reply never got the lock the paused compile held"
+        lock.release()
+    finally:
+        give_way.ended()
+        thread.join(30)
+    assert not thread.is_alive()
+
+
 def test_a_failed_compile_is_logged_and_replies_stay_eager(monkeypatch, caplog):
     target = family_twin("qwen3")
     reference = plain_greedy(target, PROMPT, NEW_TOKENS)
@@ -329,3 +404,25 @@ def test_bench_times_every_plain_path_compiled_and_eager(tmp_path, monkeypatch):
     assert result["compiled"]["state"] == "ready" and result["compiled"]["recompiles_after_warm_up"] == 0
     assert result["dflash_eager"]["tokens"] == result["dflash"]["tokens"]
     assert all(row["dflash_eager_tokens_per_s"] > 0 for row in result["per_prompt"])
+
+
+def test_measuring_costs_makes_the_compile_give_way(tmp_path, monkeypatch):
+    """The app measures a cycle's cost right after loading, while the passes compile: the
+    compile thread pauses meanwhile, or the GIL it holds would be timed as the cost."""
+    from engine import runtime
+    from engine.config import EngineConfig
+    from engine.runtime import Engine
+    from tests.tiny_models import save_tiny_pair
+
+    release = threading.Event()
+    monkeypatch.setattr(CompiledPath, "_compile", lambda self, *item: release.wait(30))
+    target_dir, draft_dir, *_ = save_tiny_pair(tmp_path)
+    engine = Engine.load(EngineConfig(target=str(target_dir), draft=str(draft_dir), compile=True))
+    measure, seen = runtime.measure, []
+    monkeypatch.setattr(runtime, "measure", lambda *a, **k: seen.append(engine.compiled.give_way.running) or measure(*a, **k))
+    try:
+        assert engine.measure_costs() is not None
+        assert seen == [1] and engine.compiled.give_way.running == 0
+    finally:
+        release.set()
+        engine.close()

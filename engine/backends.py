@@ -31,8 +31,8 @@ from .weights import check_finite_logits
 
 @dataclass
 class EagerBackend:
-    """``release``: called when a session closes (the compiled path counts the eager replies, so
-    that it compiles between them)."""
+    """``release``: called when a session closes (the compiled path counts the eager replies
+    running, and its compile thread pauses while any does)."""
 
     release: Callable[[], None] | None = None
     name = "eager"
@@ -87,8 +87,9 @@ class EagerSession:
             if self.capture is not None:
                 self.capture.detach()
         finally:
-            if self.release is not None:
-                self.release()
+            release, self.release = self.release, None  # once, however often close is called
+            if release is not None:
+                release()
 
 
 @dataclass

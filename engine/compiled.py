@@ -259,13 +259,17 @@ class CompiledPath:
             time.sleep(0.05)
         return self.state == "ready"
 
-    def close(self) -> None:
-        """Stop compiling (after the pass in progress) and let the copy's hooks and caches go."""
+    def close(self, wait: float = 1.0) -> None:
+        """Stop compiling (after the pass in progress) and let the copy's hooks and caches go.
+        Waits up to ``wait`` seconds for the compile thread to end: an idle one ends in
+        milliseconds, and a process that exits while it is still inside torch aborts."""
         self._closed = True
         self._jobs.put(None)
         self.give_way.close()
         if self._thread is None or not self._thread.is_alive():
             self._release_backend()
+        elif self._thread is not threading.current_thread():
+            self._thread.join(wait)
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for the compile thread to end after ``close`` (a script about to exit: a thread

@@ -165,6 +165,7 @@ def test_the_compile_thread_pauses_while_an_eager_reply_runs(monkeypatch):
         threading.Event().wait(0.5)
         assert len(progress) == paused_at, "the compile went on beside the reply"
         session.close()
+        session.close()
         assert path.give_way.running == 0
         for _ in range(300):
             if len(progress) > paused_at:
@@ -183,6 +184,32 @@ def test_the_compile_thread_pauses_while_an_eager_reply_runs(monkeypatch):
     finally:
         stop.set()
         path.close()
+
+
+CLOSE_AND_EXIT_CHILD = """
+import threading
+from engine.compiled import CompiledPath
+from tests.family_twins import family_twin
+from tests.test_compiled import BLOCK, run
+from tests.tiny_models import tiny_draft
+
+release = threading.Event()
+CompiledPath._compile = lambda self, *item: release.wait(30)
+target = family_twin("qwen3")
+draft = tiny_draft(target, block_size=BLOCK)
+path = CompiledPath(target, draft, BLOCK, buckets=(64,)).start(max_length=64)
+run(target, draft, BLOCK, path)
+release.set()
+path.close()
+"""
+
+
+def test_a_process_that_closes_the_compiled_path_then_exits_does_not_abort():
+    """A compile thread still inside torch when the interpreter exits aborts the process
+    ('terminate called without an active exception'): close waits for an idle one to end."""
+    child = subprocess.run([sys.executable, "-c", CLOSE_AND_EXIT_CHILD], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
 
 
 def test_a_lock_the_paused_compile_holds_reaches_the_waiting_reply():

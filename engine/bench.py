@@ -15,6 +15,7 @@ from .costs import measure_costs
 from .errors import InvalidRequestError
 from .events import Cycle, Failed, Finished
 from .extras import require
+from .fallback import reduced_size
 from .prompts import heal_code_prompt
 from .repetition import is_loop
 from .runtime import Engine
@@ -191,11 +192,12 @@ def bench(engine: Engine, prompts: list[BenchPrompt], sampling: SamplingConfig,
         compile_report = wait_for_compile(engine, prompts, sampling)
         engine.hf_generate(warm_ids, short, compiled=True)
     engine.hf_generate(warm_ids, short)
-    run_dflash(engine, warm_ids, replace(short, block_size=1), None)
-    run_dflash(engine, warm_ids, short, fallback)
-    if compiled:
-        run_dflash(engine, warm_ids, replace(short, block_size=1), None, False)
-        run_dflash(engine, warm_ids, short, fallback, False)
+    # Fixed blocks, each size the fallback may pick: a 16-token warm-up that went badly must not
+    # hand the fallback policy's memory (speculation off) on to the timed replies.
+    for size in warm_up_blocks(block, fallback):
+        run_dflash(engine, warm_ids, replace(short, block_size=size), None)
+        if compiled:
+            run_dflash(engine, warm_ids, replace(short, block_size=size), None, False)
     recompiles_before = engine.compiled.recompiles if compiled else 0
     for number, item in enumerate(prompts, 1):
         ids = engine.encode(item.prompt, raw=item.raw)
@@ -250,6 +252,15 @@ def bench(engine: Engine, prompts: list[BenchPrompt], sampling: SamplingConfig,
                                    if engine.compiled.backend is not None else 0.0)
     summary["peak_resident_mb"] = peak_resident_mb()
     return summary
+
+
+def warm_up_blocks(block: int, fallback: FallbackConfig | None) -> list[int]:
+    """The block sizes a bench run decodes at: plain steps, the full block and, with dynamic
+    fallback on, its reduced block."""
+    sizes = [1, block]
+    if fallback is not None and fallback.enabled and (reduced := reduced_size(fallback.reduced_block_size, block)):
+        sizes.append(reduced)
+    return sorted(set(sizes))
 
 
 def peak_resident_mb() -> float | None:

@@ -46,11 +46,15 @@ Decision rule (``AdaptivePolicy``):
   expects plain decoding to beat reduced by the hysteresis margin (speculation stops paying).
   Probes return to full only if the probe's tau reaches the threshold again.
 - A probe reports state "full"; a probe that confirms full is no change (changed=False).
-- Memory across replies: the engine hands each reply's ``remember()`` (the mode it ran most
-  cycles in, and its estimates) to the next reply with the same settings, which starts there:
-  at T = 0.7 on the tiny coder every reply used to pay two cycles at full block, one plain-step
-  measurement and a probe to re-learn that drafting loses (about 5-10 % of a 96-token reply);
-  greedy replies, which run at full, start at full as before.
+- Memory across replies: the engine hands each reply's ``remember()`` to the next reply with
+  the same settings, which goes on from there as if the replies were one stream: the mode it
+  ended in (a probe cut short by the reply's end counts as the mode it left), its estimates and
+  the probe clock (cycles below full since the last probe). At T = 0.7 on the tiny coder every
+  reply used to pay two cycles at full block, one plain-step measurement and a probe to re-learn
+  that drafting loses (about 5-10 % of a 96-token reply). The clock matters as much as the mode:
+  when it restarted with every reply, replies shorter than the probe's wait never probed, and
+  one reply whose opening cycles drafted badly (tau 2.0 over its first 4) kept speculation off
+  for every short greedy reply after it, though full blocks paid 1.4x on them.
 
 A plain step's cost is what every estimate is relative to, and the prior below misjudges it
 (on this CPU a verify of 16 costs 2.3 plain steps, not 1.5), so with ``measure_plain_step`` the
@@ -261,15 +265,19 @@ class AdaptivePolicy:
         self.threshold = preset_threshold(config.preset, max_block_size) if config.preset else None
         self.stats = RollingStats(max(1, config.window))
         self._block = self.full
-        self._mode_cycles: dict[int, int] = {}  # cycles run in each mode (what remember() reports)
-        if memory is not None and memory.block_size in self.sizes:
-            # the previous reply with these settings: start where it spent most of its cycles,
-            # with its estimates (so a reply at T > 0 need not re-learn that drafting loses)
-            self.stats = copy.deepcopy(memory.stats)
-            self._block = memory.block_size
+        self._cycles = 0  # cycles this reply has decided on (remember() needs enough of them)
         self._cycles_in_mode = 0  # cycles since the last switch (decisions wait for enough data)
         self._cycles_below_full = 0  # counts towards the next probe
         self._probe_left = 0  # > 0 while probing full size
+        self._probe_from = self.full  # the mode a probe left (where a probe cut short returns)
+        if memory is not None and memory.block_size in self.sizes:
+            # the previous reply with these settings: go on where it ended, with its estimates
+            # and its probe clock (so a reply at T > 0 need not re-learn that drafting loses,
+            # and a run of short replies below full still reaches its next probe)
+            self.stats = copy.deepcopy(memory.stats)
+            self._block = memory.block_size
+            if self._block != self.full:
+                self._cycles_below_full = memory.cycles_below_full
         self._measuring_plain = False  # the next cycle is one plain step (the cost model's unit)
 
     @property
@@ -297,17 +305,18 @@ class AdaptivePolicy:
         return decision
 
     def remember(self) -> "PolicyMemory | None":
-        """What the next reply with the same settings starts from: the mode this one ran most
-        cycles in (ties: the larger block) and a copy of its estimates; None after too few
-        cycles to tell."""
-        if sum(self._mode_cycles.values()) < MEMORY_MIN_CYCLES:
+        """What the next reply with the same settings goes on from: the mode this one ended in
+        (a probe cut short by the end of the reply counts as the mode it left), a copy of its
+        estimates and the probe clock; None after too few cycles to tell."""
+        if self._cycles < MEMORY_MIN_CYCLES:
             return None
-        mode = max(self._mode_cycles, key=lambda b: (self._mode_cycles[b], b))
-        return PolicyMemory(mode, copy.deepcopy(self.stats))
+        mode = self._probe_from if self._probe_left else self._block
+        clock = 0 if mode == self.full else self._cycles_below_full
+        return PolicyMemory(mode, copy.deepcopy(self.stats), clock)
 
     def _decide(self, block_size: int) -> FallbackDecision:
         """The mode's rule after a cycle at ``block_size`` (the module docstring)."""
-        self._mode_cycles[block_size] = self._mode_cycles.get(block_size, 0) + 1
+        self._cycles += 1
         if block_size != self._block:
             # The loop shrank the last block to fit max_new_tokens: the sample is kept (it is
             # exact evidence for sizes <= block_size) but it is no cycle of the current mode.
@@ -360,6 +369,7 @@ class AdaptivePolicy:
 
     def _start_probe(self) -> FallbackDecision:
         self._probe_left = max(1, self.config.probe_cycles)
+        self._probe_from = self._block
         self.stats.forget_acceptance(self.full)  # those samples are what sent us down
         reason = (
             f"probe after {self._cycles_below_full} cycles below full; block {self._block} → "
@@ -438,10 +448,12 @@ def _check_cycle(block_size: int, accepted: int, max_block_size: int) -> None:
 @dataclass(frozen=True)
 class PolicyMemory:
     """What one reply's adaptive policy learned, handed to the next reply with the same settings
-    (``LocalEngine`` keeps one per setting): the mode to start in and the rolling estimates."""
+    (``LocalEngine`` keeps one per setting): the mode to start in, the rolling estimates, and
+    the cycles spent below full since the last probe (the next probe's clock)."""
 
     block_size: int
     stats: RollingStats
+    cycles_below_full: int = 0
 
 
 @dataclass

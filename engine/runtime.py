@@ -113,8 +113,10 @@ class LocalEngine:
         max_block = sampling.block_size or self.block_size
         # for the chat's speed estimate (tau / cycle cost in plain steps), once costs are measured
         steps = self.plain_steps(max_block) if draft is not None and max_block > 1 else None
-        # replies with the same settings hand the fallback policy's estimates on to the next
-        key = (max_block, sampling.temperature, sampling.top_p, sampling.top_k, sampling.proposal)
+        # replies with the same settings hand the fallback policy's estimates on to the next; the
+        # eager path (bench's) keeps its own, since its cycles and plain steps cost more
+        eager_only = not compiled and self.compiled is not None
+        key = (max_block, sampling.temperature, sampling.top_p, sampling.top_k, sampling.proposal, eager_only)
         memory = self._fallback_memory.setdefault(key, MemorySlot()) if draft is not None else None
         events = generate(
             self.models.target, draft, prompt_ids, sampling, tokenizer=self.tokenizer,

@@ -223,6 +223,31 @@ def test_bench_repeat_runs_every_path_n_times_and_keeps_the_fastest(pair, monkey
         bench(engine, prompts, SamplingConfig(max_new_tokens=8), repeat=0)
 
 
+def test_bench_warms_up_on_fixed_blocks_so_no_fallback_memory_reaches_the_timed_replies(pair, monkeypatch):
+    """The warm-up is a 16-token reply: with the fallback on it, a badly drafted opening turned
+    speculation off and the policy's memory started the timed replies there."""
+    from engine import bench as bench_module
+    from engine.bench import BenchPrompt, bench
+    from engine.config import FallbackConfig
+
+    engine = engine_for(*pair[:2])
+    calls = []
+    real_run = bench_module.run_dflash
+
+    def loop(engine_, ids, sampling, fallback, *rest):
+        calls.append((sampling.block_size, sampling.max_new_tokens, fallback))
+        return real_run(engine_, ids, sampling, fallback, *rest)
+
+    monkeypatch.setattr(bench_module, "run_dflash", loop)
+    fallback = FallbackConfig()
+    bench(engine, [BenchPrompt("Add two numbers.")], SamplingConfig(max_new_tokens=24, block_size=8), fallback)
+    warm_up = [call for call in calls if call[1] != 24]
+    timed = [call for call in calls if call[1] == 24]
+    assert {block for block, _, _ in warm_up} == {1, 4, 8}  # every size the fallback may pick is warm
+    assert all(used is None for _, _, used in warm_up)
+    assert [used for block, _, used in timed if block == 8] == [fallback]
+
+
 def test_generate_refuses_a_bad_request_when_called_before_any_event(pair):
     """The Engine interface promise callers rely on (ui.chat.generation checks nothing itself)."""
     from engine.errors import InvalidRequestError

@@ -423,7 +423,7 @@ def test_one_plain_step_after_the_first_cycle_measures_the_cost_unit():
     assert blocks(drive(q, [7] * 3)) == [8, 8, 8]
 
 
-def test_a_reply_starts_where_the_last_one_with_the_same_settings_ran_most():
+def test_a_reply_goes_on_where_the_last_one_with_the_same_settings_ended():
     from engine.fallback import MemorySlot
 
     slot = MemorySlot()
@@ -444,3 +444,42 @@ def test_a_reply_starts_where_the_last_one_with_the_same_settings_ran_most():
     drive(short, [0] * 3)
     slot.keep(short)
     assert slot.memory.block_size == FULL
+
+
+def test_a_reply_that_probed_its_way_back_to_full_hands_full_on():
+    """Most of its cycles were plain steps, but it ended at full: the next reply starts there."""
+    p = policy(probe_every=12, probe_every_max=12, probe_cycles=2)
+    trace = drive(p, [0] * 4 + [7] * 16)  # 4 at full, 12 plain steps, a probe of 2, then 2 at full
+    assert changes(trace)[0] == (8, 1) and blocks(trace)[-1] == FULL
+    assert blocks(trace).count(1) > blocks(trace).count(FULL)
+    assert p.remember().block_size == FULL
+
+
+def test_a_probe_cut_short_by_the_end_of_a_reply_hands_on_the_mode_it_left():
+    p = policy(probe_every=4, probe_every_max=4, probe_cycles=4)
+    trace = drive(p, [0] * 10)
+    assert p.probing and trace[-1][1].next_block_size == FULL
+    memory = p.remember()
+    assert memory.block_size == 1 and memory.cycles_below_full == 0  # the clock restarted at the probe
+
+
+def test_the_probe_clock_runs_across_replies_so_short_replies_still_probe():
+    """One reply whose opening cycles draft badly turns speculation off. Every later reply
+    drafts well but is shorter than the probe's wait: with a clock that restarted each reply,
+    none of them ever probed and speculation stayed off for good."""
+    from engine.fallback import MemorySlot
+
+    slot = MemorySlot()
+    first = make_policy(FallbackConfig(), FULL)
+    trace = drive(first, [0] * 5 + [7] * 5)
+    assert (8, 1) in changes(trace) and blocks(trace)[-1] == 1
+    slot.keep(first)
+    used = []
+    for _ in range(20):
+        reply = make_policy(FallbackConfig(), FULL, slot.memory)
+        used.append(blocks(drive(reply, [7] * 10)))
+        slot.keep(reply)
+    first_full = next(n for n, reply in enumerate(used) if FULL in reply)
+    # the wait is the budget's longest (128 cycles: the stale tau at full is 1.0), counted over replies
+    assert first_full * 10 <= FallbackConfig().probe_every_max
+    assert all(reply == [FULL] * 10 for reply in used[first_full + 1:])  # full again, and it stays

@@ -172,11 +172,12 @@ class CompiledPath:
     # ------------------------------------------------------------------ what replies ask
     @property
     def label(self) -> str:
-        """For the model header: which path answers now."""
+        """For the model header: which path answers now, and while it compiles how far it got
+        (under replies that never stop, compiling takes minutes: the count shows it moving)."""
         if self.state == "ready":
             return "compiled"
         if self.state == "compiling":
-            return "eager (compiling…)"
+            return f"eager (compiling: {len(self._ready)} of {len(self._queued)} passes…)"
         return "eager"
 
     def widths(self, max_block: int) -> set[tuple[str, int]]:

@@ -71,7 +71,7 @@ class LocalEngine:
         return dict(describe(self.models), **self.path_info())
 
     def path_info(self) -> dict:
-        """Which path answers now ('compiled', 'eager (compiling…)', 'eager') and what the
+        """Which path answers now ('compiled', 'eager (compiling: 1 of 4 passes…)', 'eager') and what the
         compiled one cost: compile seconds, graphs, recompiles after warm-up."""
         compiled = self.compiled
         if compiled is None:

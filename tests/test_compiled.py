@@ -127,7 +127,7 @@ def test_the_first_reply_answers_eagerly_while_the_passes_compile(monkeypatch):
     opened = path.open
     monkeypatch.setattr(path, "open", lambda *a: sessions.append(opened(*a)) or sessions[-1])
     try:
-        assert path.label == "eager (compiling…)"
+        assert path.label == "eager (compiling: 0 of 4 passes…)"  # verifies of 4, 3 (reduced) and 1; a draft of 4
         assert list(run(target, draft, BLOCK, path)[-1].token_ids) == reference
         assert isinstance(sessions[-1], EagerSession) and path.state == "compiling"
     finally:

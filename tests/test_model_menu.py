@@ -48,10 +48,10 @@ def test_the_header_names_the_pair_and_what_it_is_for_not_its_folder():
     ctx.engines.shutdown()
 
 
-@pytest.mark.parametrize("path", ["eager (compiling…)", "compiled"])
+@pytest.mark.parametrize("path", ["eager (compiling: 1 of 4 passes…)", "compiled"])
 def test_the_header_says_which_path_answers(path, monkeypatch):
     """The local engine's info names the path that answers now; the header shows it after how
-    the pair runs (it changes from 'eager (compiling…)' to 'compiled' once the passes are built)."""
+    the pair runs (it changes from 'eager (compiling: 1 of 4 passes…)' to 'compiled' once the passes are built)."""
     engine = FakeEngine(name="target")
     monkeypatch.setattr(engine, "info", lambda: dict(FakeEngine.info(engine), path=path))
     ctx = context_for([ModelChoice("mypair", "/m/mypair/target", "/m/mypair/draft")], {"mypair": engine})

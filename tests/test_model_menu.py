@@ -150,3 +150,60 @@ def test_the_header_shows_the_speed_measured_in_the_model_card_and_the_readme_ag
     assert "τ 2.8–3.3, 1.5–1.8× plain decoding (bench)" in m.model_status_html(ctx)  # the default, loaded
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert f"{DEFAULT_PAIR.speedup[0]:.1f}–{DEFAULT_PAIR.speedup[1]:.1f}×" in readme
+
+
+def test_a_send_while_a_picked_model_loads_asks_for_the_picked_model():
+    """The header says "ready" the moment the worker has loaded a picked model, before the pick
+    returns: a Send from the pick on must ask for the new model, with the notice, and not for the
+    session's old one (the worker would load the old one back to answer it)."""
+    import threading
+
+    loading, release = threading.Event(), threading.Event()
+    engines = {"coder": FakeEngine(name="coder"), "fast": FakeEngine(name="fast")}
+
+    def loader(choice, progress):
+        if choice.key == "fast":
+            loading.set()
+            release.wait(timeout=10)
+        return engines[choice.key]
+
+    ctx = build_context(AppConfig(open_browser=False, flush_interval_s=0.2), store=SessionStore(), loader=loader,
+                        catalog=[ModelChoice("coder", None, None), ModelChoice("fast", None, None)])
+    ctx.engines.start().result(timeout=10)
+    try:
+        first = h.submit_prompt(ctx, None, "write add", SETTINGS)
+        list(h.respond(ctx, first["reply_request"]))
+        session = first["session"]
+        picking = threading.Thread(target=h.pick_model, args=(ctx, "fast", session))
+        picking.start()
+        assert loading.wait(timeout=10)
+        accepted = h.check_send(ctx, session, "write is_even", SETTINGS)
+        assert accepted.model == "fast" and "coder → <b>fast</b>" in accepted.notice
+        release.set()
+        picking.join(timeout=10)
+        list(h.respond(ctx, h.submit_prompt(ctx, session, "write is_even", SETTINGS, accepted)["reply_request"]))
+        assert len(engines["fast"].calls) == 1 and len(engines["coder"].calls) == 1
+        assert ctx.engines.current_key == "fast"
+    finally:
+        release.set()
+        ctx.engines.shutdown()
+
+
+def test_a_refused_pick_leaves_the_session_on_its_model_and_keeps_a_setting_changed_meanwhile():
+    from tests.fake_engine import fake_studio
+
+    coder = FakeEngine(name="fake-coder")
+    ctx = fake_studio(coder, ui=False)
+    ctx.engines.start().result(timeout=10)
+    try:
+        sent = h.submit_prompt(ctx, None, "write add", SETTINGS)
+        list(h.respond(ctx, sent["reply_request"]))
+        session = sent["session"]
+        before = ctx.store.get_session(session)
+        out = h.pick_model(ctx, "incompatible-pair", session)
+        after = ctx.store.get_session(session)
+        assert out["model"].value == "fake-coder" and after["model"] == before["model"]
+        assert after["settings"] == before["settings"]
+        assert h.check_send(ctx, session, "write is_even", SETTINGS).model == "fake-coder"
+    finally:
+        ctx.engines.shutdown()

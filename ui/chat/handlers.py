@@ -970,7 +970,11 @@ def repeated_refusal(status, key: str, now: float | None = None) -> bool:
 def pick_model(ctx: UIContext, key: str, session_id: int | None = None) -> dict:
     """Load another pair on the engine worker, and make it the model of the session shown (its
     next reply comes from it; the chat says so). An incompatible draft is refused with the
-    reason, and the menu goes back to the session's model."""
+    reason, and the menu goes back to the session's model.
+
+    The session takes the new model before the load starts: the header says "ready" as soon as
+    the worker has loaded it, and a Send from then on must ask for the new model, not for the
+    one the session had (which the worker would load back to answer it)."""
     session = None
     if session_id is not None:
         try:
@@ -980,17 +984,28 @@ def pick_model(ctx: UIContext, key: str, session_id: int | None = None) -> dict:
     key = ctx.engines.resolve(key) or key
     if repeated_refusal(ctx.engines.status(), key):
         return {**model_view(ctx, session), "timer": gr.Timer(active=False)}
+    moved = session is not None and bool(key) and session_model(ctx, session) != key
+    if moved:
+        _store_session_model(ctx, session_id, key, key)
     if key and (key != ctx.engines.current_key or ctx.engines.status().state == "failed"):
         try:
             ctx.engines.switch(key).result()
         except Exception as exc:  # noqa: BLE001 - shown to the user with its reason
+            if moved:  # the session keeps the model it had
+                _store_session_model(ctx, session_id, (session["settings"] or {}).get("model"), session.get("model") or "")
             gr.Warning(f"Cannot use {key}: {exc}")
             return {**model_view(ctx, session), "timer": gr.Timer(active=False)}
         gr.Info(f"Model {key} loaded.")
-    if session is not None and key and session_model(ctx, session) != key:
-        try:
-            ctx.store.update_session_settings(session_id, {**(session["settings"] or {}), "model": key})
-            ctx.store.update_session_model(session_id, key)
-        except STORE_ERRORS:
-            pass  # the session was deleted meanwhile
     return {"model_status": model_status_html(ctx, key), "timer": gr.Timer(active=False), **engine_controls(ctx)}
+
+
+def _store_session_model(ctx: UIContext, session_id: int, setting: str | None, column: str) -> None:
+    """Record the model a session uses: ``setting`` in its settings (None: none there), on top of
+    its settings as they are now (another setting may have changed during a load), and ``column``."""
+    try:
+        settings = dict(ctx.store.get_session(session_id)["settings"] or {})
+        settings.pop("model", None)
+        ctx.store.update_session_settings(session_id, settings if setting is None else {**settings, "model": setting})
+        ctx.store.update_session_model(session_id, column)
+    except STORE_ERRORS:
+        pass  # the session was deleted meanwhile

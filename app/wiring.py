@@ -14,7 +14,6 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is i
 
 import re  # noqa: E402
 import threading  # noqa: E402
-import time  # noqa: E402
 from concurrent.futures import Future, ThreadPoolExecutor  # noqa: E402
 from dataclasses import dataclass, field, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -268,7 +267,7 @@ class EngineHost:
             reason = str(exc) or type(exc).__name__
             with self._lock:
                 state = "ready" if self._engine is not None else "failed"
-                self._status = LoadStatus(state, 1.0, "", self._key or key, f"{key}: {reason}", key, time.monotonic())
+                self._status = LoadStatus(state, 1.0, "", self._key or key, f"{key}: {reason}", key)
             raise
         with self._lock:
             closed = self._closed

@@ -295,9 +295,10 @@ def _wire_model(ctx: UIContext, demo: gr.Blocks, c: SimpleNamespace, outputs) ->
     c.live.tick(partial(h.model_status_html, ctx), [c.model], c.model_status, api_visibility="undocumented",
                 show_progress="hidden")
     picked = outputs("model", *h.MODEL_STATUS)
-    # one pick at a time: Gradio's dropdown reports a mouse pick twice, and the second must find the
-    # first's result (h.repeated_refusal), not start a second load beside it
-    c.model.input(picked.wrap(partial(h.pick_model, ctx)), [c.model, c.session], picked.components, api_name="pick_model",
+    # .select, not .input: the menu's .input fires again when it loses focus, with the inputs read
+    # then, so picking a model and then clicking another session in the list moved that session to
+    # the picked model. One pick at a time: a second waits for the first's load.
+    c.model.select(picked.wrap(partial(h.pick_model, ctx)), [c.model, c.session], picked.components, api_name="pick_model",
                   concurrency_limit=1, concurrency_id="model-pick")
     # the thinking control follows the model (its family's default, or why it has none) and the session
     for trigger in (demo.load, c.model.change, c.session.change):

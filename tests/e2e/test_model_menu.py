@@ -132,12 +132,36 @@ def test_a_refused_pick_warns_once_and_the_warning_goes_once_the_loaded_model_an
     studio, coder, fast, _ = two_models
     page.click("#new-session")
     loaded = menu_value(page)
-    pick(page, "incompatible-pair")  # a mouse pick: Gradio's dropdown reports it twice
+    pick(page, "incompatible-pair")  # one mouse pick: one report, one warning
     page.wait_for_function("document.querySelector('#model-status').innerText.includes('hidden size 64')")
-    page.wait_for_timeout(1500)  # the second report has arrived by now
+    page.wait_for_timeout(1500)  # a second report would have arrived by now
     toasts = [t for t in page.locator(".toast-body").all_inner_texts() if "Cannot use incompatible-pair" in t]
     assert len(toasts) == 1 and "(2)" not in toasts[0]
     wait_menu(page, loaded)  # the menu goes back to the model that answers
     send(page, "answered by the loaded model")
     wait_replies(page, 1)
     page.wait_for_function("!document.querySelector('#model-status').innerText.includes('hidden size 64')")
+
+
+def test_opening_another_session_while_a_pick_loads_leaves_that_session_on_its_model(browser, tmp_path):
+    """The menu reports a pick once: Gradio's dropdown fires ``input`` again when it loses focus,
+    and a click on another session in the list, made while the picked model loads, moved that
+    session to the picked model (its menu still said the old one)."""
+    coder, fast = FakeEngine("fake-coder", delay_s=0.01), FakeEngine("fake-fast", delay_s=0.01)
+    studio = fake_studio(coder, db_path=tmp_path / "sessions.db", others=(fast,), load_delay_s=1.5)
+    studio.host.start().result(timeout=10)
+    try:
+        with opened_page(browser, launch(studio)) as page:
+            header_model(page, "fake-coder", "ready")
+            send(page, "first, on the coder")
+            wait_replies(page, 1)
+            page.click("#new-session")
+            pick(page, "fake-fast")
+            page.locator("#session-list label", has_text="first, on the coder").click()  # while it loads
+            wait_menu(page, "fake-coder")
+            header_model(page, "fake-coder", "on-send")  # fake-fast is loaded; this session loads its own
+            page.wait_for_timeout(1500)
+            first = [s for s in studio.store.list_sessions() if s["title"].startswith("first")][0]
+            assert first["settings"]["model"] == "fake-coder" and menu_value(page) == "fake-coder"
+    finally:
+        studio.close()

@@ -54,7 +54,6 @@ LIVE = ("sessions", "chat", "msg_ids", "token_view", "stats", "acceptance_chart"
 LIVE_CHECKED = ("live_seen", "live_redraw")  # the tick itself changes only States, see live_check
 LIVE_REDRAWN = tuple(name for name in LIVE if name != "live_seen")
 PENDING = {"role": "assistant", "content": "…"}  # the reply bubble shown until the first block arrives
-REPEATED_PICK_S = 2.0  # a pick of the pair refused this long ago or less is the same pick, reported twice
 
 
 # ============================================================================ settings
@@ -960,13 +959,6 @@ def engine_controls(ctx: UIContext) -> dict:
     return {"block_size": block, "fallback": fallback, "show_rejected": rejected}
 
 
-def repeated_refusal(status, key: str, now: float | None = None) -> bool:
-    """Whether a pick repeats the one refused an instant ago: Gradio's dropdown reports one mouse
-    pick twice, and the second must neither load again nor warn again (a retry later does both)."""
-    now = time.monotonic() if now is None else now
-    return bool(key) and status.failed_key == key and now - status.failed_at < REPEATED_PICK_S
-
-
 def pick_model(ctx: UIContext, key: str, session_id: int | None = None) -> dict:
     """Load another pair on the engine worker, and make it the model of the session shown (its
     next reply comes from it; the chat says so). An incompatible draft is refused with the
@@ -982,8 +974,6 @@ def pick_model(ctx: UIContext, key: str, session_id: int | None = None) -> dict:
         except STORE_ERRORS:
             session = None
     key = ctx.engines.resolve(key) or key
-    if repeated_refusal(ctx.engines.status(), key):
-        return {**model_view(ctx, session), "timer": gr.Timer(active=False)}
     moved = session is not None and bool(key) and session_model(ctx, session) != key
     if moved:
         _store_session_model(ctx, session_id, key, key)

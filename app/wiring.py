@@ -267,7 +267,7 @@ class EngineHost:
             reason = str(exc) or type(exc).__name__
             with self._lock:
                 state = "ready" if self._engine is not None else "failed"
-                self._status = LoadStatus(state, 1.0, "", self._key or key, f"{key}: {reason}", key)
+                self._status = LoadStatus(state, 1.0, "", self._key or key, f"{key}: {reason}")
             raise
         with self._lock:
             closed = self._closed

@@ -29,7 +29,6 @@ class LoadStatus:
     message: str = ""
     model_key: str = ""  # the model being loaded, or the one that is loaded
     error: str = ""  # why the last load failed (the previous model, if any, stays in use)
-    failed_key: str = ""  # the model whose load failed
 
 
 @dataclass(frozen=True)

@@ -190,20 +190,40 @@ def test_a_send_while_a_picked_model_loads_asks_for_the_picked_model():
 
 
 def test_a_refused_pick_leaves_the_session_on_its_model_and_keeps_a_setting_changed_meanwhile():
-    from tests.fake_engine import fake_studio
+    import threading
 
-    coder = FakeEngine(name="fake-coder")
-    ctx = fake_studio(coder, ui=False)
+    from engine.errors import IncompatibleDraftError
+
+    loading, release = threading.Event(), threading.Event()
+    coder = FakeEngine(name="coder")
+
+    def loader(choice, progress):
+        if choice.key == "bad":
+            loading.set()
+            release.wait(timeout=10)
+            raise IncompatibleDraftError("draft does not fit the target: hidden size 64 ≠ target's 128")
+        return coder
+
+    ctx = build_context(AppConfig(open_browser=False, flush_interval_s=0.2), store=SessionStore(), loader=loader,
+                        catalog=[ModelChoice("coder", None, None), ModelChoice("bad", "t", "d")])
     ctx.engines.start().result(timeout=10)
     try:
         sent = h.submit_prompt(ctx, None, "write add", SETTINGS)
         list(h.respond(ctx, sent["reply_request"]))
         session = sent["session"]
         before = ctx.store.get_session(session)
-        out = h.pick_model(ctx, "incompatible-pair", session)
+        outcome = {}
+        picking = threading.Thread(target=lambda: outcome.update(h.pick_model(ctx, "bad", session)))
+        picking.start()
+        assert loading.wait(timeout=10)
+        assert ctx.store.get_session(session)["settings"]["model"] == "bad"  # the session's model while it loads
+        h.change_settings(ctx, session, 4, 0.0, 1.0, 64, False, True)  # changed during the load
+        release.set()
+        picking.join(timeout=10)
         after = ctx.store.get_session(session)
-        assert out["model"].value == "fake-coder" and after["model"] == before["model"]
-        assert after["settings"] == before["settings"]
-        assert h.check_send(ctx, session, "write is_even", SETTINGS).model == "fake-coder"
+        assert outcome["model"].value == "coder" and after["model"] == before["model"]
+        assert after["settings"] == {**before["settings"], "block_size": 4}
+        assert h.check_send(ctx, session, "write is_even", SETTINGS).model == "coder"
     finally:
+        release.set()
         ctx.engines.shutdown()

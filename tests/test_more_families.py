@@ -31,6 +31,18 @@ BLOCK = 8
 MORE_FAMILIES = ["codegen", "cohere2", "deepseek_v2", "falcon", "gemma2", "gemma4_text", "glm4", "gpt2",
                  "gpt_bigcode", "gpt_neox", "gptj", "granite", "llama4_text", "minicpm3", "mllama", "mistral",
                  "mixtral", "mpt", "olmo2", "opt", "phi", "phi3", "stablelm", "starcoder2"]
+# The rest of transformers' decoder-only families whose shrunk default config builds and generates:
+# Llama-likes with their own twists (Cohere's parallel block, DiffLlama's differential attention,
+# Persimmon's partial rotary, ALiBi-free learned positions in XGLM and BioGPT, sliding windows in
+# Granite-SWA and Ministral, MoE routers of a dozen shapes, latent attention in AXK1, GLM-4-MoE-Lite
+# and Youtu), which a user may load with a draft they distilled.
+MORE_FAMILIES += ["afmoe", "apertus", "arcee", "aria_text", "axk1", "biogpt", "bitnet", "cohere", "cohere2_moe",
+                  "ctrl", "cwm", "diffllama", "dots1", "ernie4_5", "ernie4_5_moe", "exaone4", "exaone_moe",
+                  "flex_olmo", "gemma", "gemma3_text", "glm", "glm4_moe", "glm4_moe_lite", "gpt_neox_japanese",
+                  "granite_swa", "granitemoe", "granitemoe_swa", "granitemoeshared", "helium", "hunyuan_v1_dense",
+                  "hunyuan_v1_moe", "hy_v3", "hyperclovax", "jais2", "jetmoe", "laguna", "mellum", "minimax_m2",
+                  "ministral", "ministral3", "nanochat", "nemotron", "olmo", "olmo3", "olmoe", "persimmon", "phimoe",
+                  "qwen2", "qwen2_moe", "seed_oss", "smollm3", "solar_open", "vaultgemma", "xglm", "youtu"]
 
 
 @pytest.fixture(scope="module", params=MORE_FAMILIES)

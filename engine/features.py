@@ -50,6 +50,16 @@ def final_norm(target: nn.Module) -> nn.Module | None:
     return next((norm for name in _FINAL_NORMS if isinstance(norm := getattr(found[0], name, None), nn.Module)), None)
 
 
+def active_stream(target: nn.Module) -> int | None:
+    """Gemma 3n passes ``altup_num_inputs`` copies of the hidden state from layer to layer
+    ([copies, b, n, H]); its layers compute on one of them (``altup_active_idx``), and that copy
+    is the layer's hidden state for a draft. None for every model with one hidden state."""
+    text = target.config.get_text_config() if hasattr(target, "config") else None
+    if (getattr(text, "altup_num_inputs", None) or 1) > 1:
+        return int(getattr(text, "altup_active_idx", 0))
+    return None
+
+
 class FeatureCapture:
     """Hooks on the chosen decoder layers; ``take()`` returns their outputs concatenated on the
     last dimension, [b, n, k*H], and clears them.
@@ -63,6 +73,7 @@ class FeatureCapture:
         self.layer_ids = list(layer_ids)
         self.last_layer = len(self.layers) - 1
         self.norm = final_norm(target)
+        self.stream = active_stream(target)
         self.enabled = True
         self._outputs: dict[int, torch.Tensor] = {}
         self._handles = []
@@ -71,6 +82,8 @@ class FeatureCapture:
         def hook(_module, _args, output):
             if self.enabled:
                 hidden = output[0] if isinstance(output, (tuple, list)) else output  # GPT-1's blocks return a list
+                if self.stream is not None and hidden.dim() == 4:
+                    hidden = hidden[self.stream]
                 self._outputs[layer_id] = hidden
 
         return hook

@@ -62,6 +62,13 @@ def mixer_of(decoder_layer: nn.Module) -> nn.Module | None:
     return None
 
 
+def shared_kv_layers(target) -> int:
+    """How many last decoder layers attend with an earlier layer's keys and values and keep no
+    cache of their own (Gemma 3n, Gemma 4's E models: ``num_kv_shared_layers``). Rolling back
+    the layers that own a cache rolls them back too."""
+    return int(getattr(target.config.get_text_config(), "num_kv_shared_layers", None) or 0)
+
+
 def check_rollback(target) -> None:
     """Refuse, in one line naming the family and why, a target whose cache the loop cannot roll back."""
     caches = layer_caches(target)
@@ -69,7 +76,7 @@ def check_rollback(target) -> None:
         layers = decoder_layers(target)
     except TypeError as exc:
         raise UnsupportedTargetError(f"{family_name(target)}: {exc}; DFlash cannot tap its features") from None
-    if caches and len(caches) != len(layers):
+    if caches and len(caches) != len(layers) - shared_kv_layers(target):
         raise UnsupportedTargetError(
             f"{family_name(target)}: {len(caches)} layer caches for {len(layers)} decoder layers (shared or "
             f"skipped caches); DFlash cannot roll back its verify")

@@ -94,16 +94,35 @@ _PER_TYPE = {name: _LATENT_ATTENTION for name in ("axk1", "deepseek_v2", "deepse
 _PER_TYPE.update({name: _SPARSE_ATTENTION for name in ("axk2", "deepseek_v32", "glm_moe_dsa")})
 
 
-def _gemma4_text_config():
+def _gemma4_text_config(layer_types=("sliding_attention",) * 3 + ("full_attention",), **settings):
     """Gemma 4's head_dim is set per layer kind (a heterogeneous config): given whole, not shrunk."""
-    return tf.Gemma4TextConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                               num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32,
-                               sliding_window=WINDOW, layer_types=["sliding_attention"] * 3 + ["full_attention"],
+    return tf.Gemma4TextConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                               num_hidden_layers=len(layer_types), num_attention_heads=4, num_key_value_heads=2,
+                               head_dim=16, global_head_dim=32, sliding_window=WINDOW, layer_types=list(layer_types),
                                vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=16,
-                               max_position_embeddings=512, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+                               max_position_embeddings=512, pad_token_id=0, bos_token_id=1, eos_token_id=2, **settings)
 
 
-_WHOLE_CONFIGS = {"gemma4_text": _gemma4_text_config}
+def _gemma3n_text_config():
+    """Gemma 3n: four copies of the hidden state between layers (AltUp), a per-layer input, and
+    its last two layers attending with the keys and values of earlier layers (no cache of their
+    own), as its E2B/E4B checkpoints do."""
+    return tf.Gemma3nTextConfig(vocab_size=VOCAB, vocab_size_per_layer_input=VOCAB, hidden_size=64,
+                                hidden_size_per_layer_input=16, intermediate_size=128, num_hidden_layers=6,
+                                num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=WINDOW,
+                                layer_types=["sliding_attention", "full_attention"] * 3, num_kv_shared_layers=2,
+                                laurel_rank=8, altup_num_inputs=4, activation_sparsity_pattern=[0.0] * 6,
+                                max_position_embeddings=512, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _gemma4_shared_kv_config():
+    """Gemma 4's E models: the last layers share the keys and values of earlier ones."""
+    return _gemma4_text_config(("sliding_attention", "sliding_attention", "full_attention") * 2,
+                               num_kv_shared_layers=3)
+
+
+_WHOLE_CONFIGS = {"gemma4_text": _gemma4_text_config, "gemma3n_text": _gemma3n_text_config,
+                  "gemma4_text (shared KV)": _gemma4_shared_kv_config}
 
 
 def any_family_twin(model_type: str, seed: int = 0, sharpness: float = 8.0):

@@ -43,6 +43,9 @@ MORE_FAMILIES += ["afmoe", "apertus", "arcee", "aria_text", "axk1", "biogpt", "b
                   "hunyuan_v1_moe", "hy_v3", "hyperclovax", "jais2", "jetmoe", "laguna", "mellum", "minimax_m2",
                   "ministral", "ministral3", "nanochat", "nemotron", "olmo", "olmo3", "olmoe", "persimmon", "phimoe",
                   "qwen2", "qwen2_moe", "seed_oss", "smollm3", "solar_open", "vaultgemma", "xglm", "youtu"]
+# layers that attend with an earlier layer's keys and values and keep no cache (Gemma 3n, which
+# also passes four copies of the hidden state between layers, and Gemma 4's E models)
+MORE_FAMILIES += ["gemma3n_text", "gemma4_text (shared KV)"]
 
 
 @pytest.fixture(scope="module", params=MORE_FAMILIES)

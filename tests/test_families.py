@@ -253,9 +253,17 @@ def test_a_draft_made_for_a_target_with_rope_per_layer_kind_takes_the_full_layer
 
 
 def multimodal_packaging(name):
-    """Qwen3.5 / 3.6 and Gemma 3 checkpoints are published as vision-language models (a text
-    config inside a composite one): a twin saved that way, with a one-layer vision tower."""
+    """Qwen3.5 / 3.6, Gemma 3 and Gemma 4 checkpoints are published as vision-language models (a
+    text config inside a composite one): a twin saved that way, with a one-layer vision tower.
+    The Gemma 4 one is an E model's: its last layers share earlier layers' keys and values."""
     torch.manual_seed(0)
+    if name == "gemma4 (shared KV)":
+        from tests.family_twins import _gemma4_shared_kv_config
+
+        vision = tf.Gemma4VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                       num_attention_heads=2, num_key_value_heads=2, head_dim=16)
+        return tf.Gemma4ForConditionalGeneration(tf.Gemma4Config(text_config=_gemma4_shared_kv_config().to_dict(),
+                                                                 vision_config=vision.to_dict()))
     text = {**FAMILIES[name][3]}
     if name == "qwen3_5":
         vision = dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64)
@@ -266,7 +274,7 @@ def multimodal_packaging(name):
                                                              mm_tokens_per_image=4))
 
 
-@pytest.mark.parametrize("name", ["qwen3_5", "gemma3"])
+@pytest.mark.parametrize("name", ["qwen3_5", "gemma3", "gemma4 (shared KV)"])
 def test_a_target_published_as_a_vision_language_checkpoint_loads_and_decodes_like_plain(name, tmp_path):
     from engine import loading
     from tests.tiny_models import tiny_tokenizer

@@ -132,7 +132,10 @@ def load_target(directory: Path, device: torch.device, dtype: torch.dtype):
         with quiet_transformers() if quantization is not None else contextlib.nullcontext():
             target, info = AutoModelForCausalLM.from_pretrained(directory, **options)
     except Exception as exc:  # transformers and safetensors raise many types; all mean "cannot load"
-        raise CheckpointError(f"cannot load target from {directory}: {type(exc).__name__}: {exc}") from exc
+        # one line: transformers' missing-library errors span several ("... requires the timm
+        # library ...\n`pip install timm`..."), and the page and the CLI show one line per error
+        reason = " ".join(str(exc).split())
+        raise CheckpointError(f"cannot load target from {directory}: {type(exc).__name__}: {reason}") from exc
     if quantization is not None and quantization.dequantized:
         widen_to(target, dtype)
     missing = sorted(info.get("missing_keys") or [])

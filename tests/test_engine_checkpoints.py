@@ -134,6 +134,25 @@ def test_bad_checkpoints_give_clear_errors(pair, tmp_path):
         engine_for(target_dir, broken)
 
 
+def test_a_library_the_target_needs_is_named_in_one_line(pair, monkeypatch):
+    """A vision-language checkpoint whose vision tower needs a library this environment lacks
+    (Gemma 3n's needs timm): transformers says so over several lines."""
+    import transformers
+
+    target_dir, *_ = pair
+
+    def needs_timm(*_args, **_kwargs):
+        raise ImportError("\nTimmWrapperModel requires the timm library but it was not found in your environment. "
+                          "You can install it with pip:\n`pip install timm`. Please note that you may need to "
+                          "restart your runtime after installation.\n")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", needs_timm)
+    with pytest.raises(CheckpointError) as refused:
+        Engine.load(EngineConfig(target=str(target_dir), speculative=False))
+    message = str(refused.value)
+    assert "\n" not in message and "requires the timm library" in message and "`pip install timm`" in message
+
+
 def test_cli_reports_errors_without_traceback(pair, tmp_path, capsys):
     target_dir, *_ = pair
     code = main(["generate", "--target", str(target_dir), "--draft", str(tmp_path / "missing"), "hi"])

@@ -54,7 +54,7 @@ def active_stream(target: nn.Module) -> int | None:
     """Gemma 3n passes ``altup_num_inputs`` copies of the hidden state from layer to layer
     ([copies, b, n, H]); its layers compute on one of them (``altup_active_idx``), and that copy
     is the layer's hidden state for a draft. None for every model with one hidden state."""
-    text = target.config.get_text_config() if hasattr(target, "config") else None
+    text = target.config.get_text_config()
     if (getattr(text, "altup_num_inputs", None) or 1) > 1:
         return int(getattr(text, "altup_active_idx", 0))
     return None

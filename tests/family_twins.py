@@ -126,7 +126,8 @@ _WHOLE_CONFIGS = {"gemma4_text": _gemma4_text_config, "gemma3n_text": _gemma3n_t
 
 
 def any_family_twin(model_type: str, seed: int = 0, sharpness: float = 8.0):
-    """A tiny random twin of any causal LM transformers knows by ``model_type``, in fp32, eval mode."""
+    """A tiny random twin of any causal LM transformers knows by ``model_type`` (or of a variant
+    named in ``_WHOLE_CONFIGS``), in fp32, eval mode."""
     if model_type in _WHOLE_CONFIGS:
         return _random_model(_WHOLE_CONFIGS[model_type](), seed, sharpness)
     config = tf.AutoConfig.for_model(model_type)

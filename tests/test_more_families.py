@@ -33,7 +33,7 @@ MORE_FAMILIES = ["codegen", "cohere2", "deepseek_v2", "falcon", "gemma2", "gemma
                  "mixtral", "mpt", "olmo2", "opt", "phi", "phi3", "stablelm", "starcoder2"]
 # The rest of transformers' decoder-only families whose shrunk default config builds and generates:
 # Llama-likes with their own twists (Cohere's parallel block, DiffLlama's differential attention,
-# Persimmon's partial rotary, ALiBi-free learned positions in XGLM and BioGPT, sliding windows in
+# Persimmon's partial rotary, learned or sinusoidal positions in BioGPT and XGLM, sliding windows in
 # Granite-SWA and Ministral, MoE routers of a dozen shapes, latent attention in AXK1, GLM-4-MoE-Lite
 # and Youtu), which a user may load with a draft they distilled.
 MORE_FAMILIES += ["afmoe", "apertus", "arcee", "aria_text", "axk1", "biogpt", "bitnet", "cohere", "cohere2_moe",

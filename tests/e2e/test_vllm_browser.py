@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 import signal
+import threading
 
 import pytest
 
@@ -113,17 +114,44 @@ def long_prompt(engine) -> str:
 
 
 def freeze_at_first_cycle(engine, group: int) -> None:
-    """Stop (SIGSTOP) the vLLM server the moment the Studio receives the reply's first cycle, so the
-    kill that follows always lands mid-reply: on a loaded 2-core machine the browser can lag the
-    server by the whole reply, and a reply that ends before the kill leaves nothing to interrupt."""
+    """Run the vLLM server in short slices (SIGCONT, then SIGSTOP on its process group) from the moment
+    the reply is requested, and leave it stopped once the Studio receives the reply's first cycle, so
+    the kill that follows always lands mid-reply. Stopping it only at the first cycle is not enough: on
+    a loaded 2-core machine the Studio's thread can lag the server until a reply of hundreds of tokens
+    is already in the socket, and a reply that ends before the kill leaves nothing to interrupt."""
     generate = engine.generate
 
-    def frozen_after_first_cycle(*args, **kwargs):
-        for event in generate(*args, **kwargs):
-            if isinstance(event, Cycle) and engine.server.process.pid == group:
+    def sliced(first_cycle: threading.Event, lock: threading.Lock) -> None:
+        while True:
+            with lock:
+                if first_cycle.is_set():
+                    return
+                os.killpg(group, signal.SIGCONT)
+            time.sleep(0.05)
+            with lock:
                 os.killpg(group, signal.SIGSTOP)
-                engine.generate = generate  # once: the next request runs on the restarted server
-            yield event
+            if first_cycle.wait(0.15):
+                return
+
+    def frozen_after_first_cycle(*args, **kwargs):
+        if engine.server.process.pid != group:  # the next request runs on the restarted server
+            yield from generate(*args, **kwargs)
+            return
+        engine.generate = generate
+        first_cycle, lock = threading.Event(), threading.Lock()
+        os.killpg(group, signal.SIGSTOP)
+        slicer = threading.Thread(target=sliced, args=(first_cycle, lock), daemon=True)
+        slicer.start()
+        try:
+            for event in generate(*args, **kwargs):
+                if isinstance(event, Cycle) and not first_cycle.is_set():
+                    with lock:
+                        os.killpg(group, signal.SIGSTOP)
+                        first_cycle.set()
+                yield event
+        finally:
+            first_cycle.set()
+            slicer.join()
 
     engine.generate = frozen_after_first_cycle
 

@@ -248,13 +248,16 @@ def run_proposals(args) -> int:
 
 
 def format_eval_summary(s: dict) -> str:
+    def pct(key: str) -> str:  # None where the set has no prompt of that kind
+        return "-" if s[key] is None else f"{s[key]} %"
+
     return "\n".join([
         f"target {s['target']} on {s['prompts']} ({s['seconds']} s, greedy, up to {s['max_new_tokens']} new tokens)",
-        f"chat requests: {s['chat_requests']}  parse + define a function/class {s['chat_parse_define_pct']} %  "
-        f"on topic {s['chat_on_topic_pct']} % (key word in the name: {s['chat_names_it_pct']} %)",
-        f"code prefixes: {s['code_prefixes']}  parse when closed {s['prefix_parses_closed_pct']} %  "
-        f"use the function's parameters {s['prefix_uses_params_pct']} %",
-        f"replies ending at a stop token {s['ended_pct']} %, loops {s['loops']}",
+        f"chat requests: {s['chat_requests']}  parse + define a function/class {pct('chat_parse_define_pct')}  "
+        f"on topic {pct('chat_on_topic_pct')} (key word in the name: {pct('chat_names_it_pct')})",
+        f"code prefixes: {s['code_prefixes']}  parse when closed {pct('prefix_parses_closed_pct')}  "
+        f"use the function's parameters {pct('prefix_uses_params_pct')}",
+        f"replies ending at a stop token {pct('ended_pct')}, loops {s['loops']}",
     ])
 
 

@@ -354,3 +354,39 @@ def test_no_edit_of_a_held_out_chat_is_a_sentence_the_training_edits_say(set_fil
     said |= {_norm(ask) for ask in followups.DOCSTRING_FOLLOWUPS}
     asked = [t for t in read_tasks(ROOT / "assets" / "prompts" / set_file) if t.edit]
     assert asked and not [t.name for t in asked if _norm(t.prompt) in said]
+
+
+@pytest.mark.parametrize("content, says", [
+    ("not json\n", "pass.jsonl:1: each line must be a JSON object"),
+    ('{"prompt": "Write f."}\n', "missing 'name', 'entry_point', 'tests'"),
+    ('{"name": "a", "prompt": "p", "entry_point": "f", "tests": "assert candidate(1)"}\n',
+     "'tests' must be a non-empty list of strings"),
+    ('{"name": "a", "prompt": "p", "entry_point": "f(x)", "tests": ["assert candidate(1)"]}\n', "is not a Python name"),
+    ("[1, 2]\n", "a line holds list, not an object"),
+    ("\n\n", "holds no request"),
+])
+def test_a_malformed_set_is_refused_in_one_line_before_any_model_loads(tmp_path, capsys, content, says):
+    path = tmp_path / "pass.jsonl"
+    path.write_text(content)
+    assert cli(["train", "eval", "--pass1", "--prompts", str(path), "--target", str(tmp_path / "no-such-target")]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_train_eval_names_a_missing_set_or_target_in_one_line(tmp_path, capsys):
+    assert cli(["train", "eval", "--pass1", "--prompts", str(tmp_path / "none.jsonl")]) == 2
+    assert cli(["train", "eval", "--target", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("dflash-studio: error: cannot read the pass@1 set") and "none.jsonl" in err[0]
+    assert err[1] == f"dflash-studio: error: target not found: {tmp_path / 'none'} (no such directory)"
+
+
+def test_train_eval_scores_the_shipped_target_on_a_chat_request_and_a_code_prefix(tmp_path, capsys):
+    prompts = tmp_path / "eval.jsonl"
+    prompts.write_text(json.dumps({"name": "rev", "prompt": "Write a function that reverses a string."}) + "\n"
+                       + json.dumps({"name": "mean", "prompt": "def mean(values):\n", "raw": True}) + "\n")
+    assert cli(["train", "eval", "--target", str(REQUEST_PAIR / "target"), "--prompts", str(prompts),
+                "--max-new-tokens", "48", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["chat_requests"] == 1 and summary["code_prefixes"] == 1
+    assert summary["chat_parse_define_pct"] == 100.0 and summary["loops"] == 0  # the shipped target writes a function

@@ -78,17 +78,15 @@ def greedy_reply(model, tokenizer, prompt, max_new_tokens: int, stops: list[int]
 
 def evaluate_target(target_dir: Path, prompts_path: Path, max_new_tokens: int = 160,
                     threads: int | None = None, log=print) -> dict:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from engine.bench import is_loop, read_prompts
+    from engine.loading import load_target, resolve
 
     from .tokenizer import stop_token_ids
 
     if threads:
         torch.set_num_threads(threads)
     prompts = read_prompts(prompts_path)
-    tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+    model, tokenizer = load_target(resolve(str(target_dir), "target"), torch.device("cpu"), torch.float32)
     stops = stop_token_ids(tokenizer)
     t0 = time.time()
     scores = []

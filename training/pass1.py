@@ -76,16 +76,27 @@ class TestRun:
     outcome: str  # "passed", "does not parse", "no function to call", "timed out", or the first failure
 
 
+ROW_FORMAT = ("each line must be a JSON object with 'name', 'prompt' and 'entry_point' strings and 'tests', "
+              "a list of assert statements (optional: 'solution', 'chat', 'edit')")
+
+
 def read_tasks(path: Path) -> list[Pass1Task]:
     """The rows of a set; an edit row must follow an earlier turn of its chat (it edits that turn's function)."""
     from engine.errors import InvalidRequestError
 
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(f"cannot read the pass@1 set {path}: {exc}") from exc
     tasks = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(lines, 1):
         if line.strip():
-            row = json.loads(line)
-            tasks.append(Pass1Task(row["name"], row["prompt"], row["entry_point"], tuple(row["tests"]),
-                                   row.get("solution", ""), row.get("chat"), bool(row.get("edit", False))))
+            try:
+                tasks.append(task_from_row(json.loads(line)))
+            except (ValueError, TypeError) as exc:
+                raise InvalidRequestError(f"{path}:{number}: {ROW_FORMAT} ({exc})") from exc
+    if not tasks:
+        raise InvalidRequestError(f"{path} holds no request: {ROW_FORMAT}")
     opened: set[str] = set()
     for task in tasks:
         if task.edit and (task.chat is None or task.chat not in opened):
@@ -94,6 +105,28 @@ def read_tasks(path: Path) -> list[Pass1Task]:
         if task.chat is not None:
             opened.add(task.chat)
     return tasks
+
+
+def task_from_row(row) -> Pass1Task:
+    """One row of a set, its fields checked (ValueError or TypeError naming the first wrong one)."""
+    if not isinstance(row, dict):
+        raise TypeError(f"a line holds {type(row).__name__}, not an object")
+    missing = [key for key in ("name", "prompt", "entry_point", "tests") if key not in row]
+    if missing:
+        raise ValueError(f"missing {', '.join(map(repr, missing))}")
+    for key in ("name", "prompt", "entry_point"):
+        if not isinstance(row[key], str) or not row[key].strip():
+            raise ValueError(f"{key!r} must be a non-empty string")
+    if not row["entry_point"].isidentifier():
+        raise ValueError(f"'entry_point' {row['entry_point']!r} is not a Python name")
+    tests = row["tests"]
+    if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
+        raise ValueError("'tests' must be a non-empty list of strings")
+    chat = row.get("chat")
+    if chat is not None and not isinstance(chat, str):
+        raise ValueError("'chat' must be a string")
+    return Pass1Task(row["name"], row["prompt"], row["entry_point"], tuple(tests), str(row.get("solution") or ""),
+                     chat, bool(row.get("edit", False)))
 
 
 def standalone(tasks: list[Pass1Task]) -> list[Pass1Task]:

@@ -19,6 +19,52 @@ def _budget(args):
     return Budget(max_steps=args.max_steps, max_tokens=args.max_tokens, max_minutes=args.max_minutes)
 
 
+def _directory(path: Path | None, what: str) -> Path | None:
+    """``path`` when it is a directory (or None); else a clear error before any work."""
+    from engine.errors import InvalidRequestError
+
+    if path is not None and not path.is_dir():
+        raise InvalidRequestError(f"{what} {path} is a file; give a directory" if path.exists()
+                                  else f"{what} not found: {path} (no such directory)")
+    return path
+
+
+def _corpus(path: Path | None) -> Path | None:
+    """--corpus: a directory with Python files in it (None: the standard library)."""
+    from engine.errors import InvalidRequestError
+    from training.corpus import list_source_files
+
+    if _directory(path, "--corpus") is not None and not list_source_files(path):
+        raise InvalidRequestError(f"--corpus {path} holds no .py file to train on")
+    return path
+
+
+def _tokenizer_dir(path: Path | None) -> Path | None:
+    from engine.errors import InvalidRequestError
+
+    if _directory(path, "--tokenizer") is not None and not any(
+            (path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise InvalidRequestError(f"--tokenizer {path} holds no tokenizer (tokenizer.json), "
+                                  "make one with `train tokenizer`")
+    return path
+
+
+def _target(source: str) -> str:
+    """--target: a local directory, or a hub id from the cache (or downloaded), as the app loads it."""
+    from engine.loading import resolve
+
+    return str(resolve(source, "target"))
+
+
+def _prompts(value: Path | None) -> Path | None:
+    """--prompts: one of the built-in mixes, or a JSONL file whose every row is checked now."""
+    from training.draft import PROMPT_MIXES, read_prompt_rows
+
+    if value is not None and str(value) not in PROMPT_MIXES:
+        read_prompt_rows(value)
+    return value
+
+
 def _common(p: argparse.ArgumentParser, default_minutes: float) -> None:
     p.add_argument("--out", type=Path, required=True, help="output directory (the trained model)")
     p.add_argument("--work", type=Path, default=None,
@@ -38,7 +84,7 @@ def _common(p: argparse.ArgumentParser, default_minutes: float) -> None:
 def run_tokenizer(args) -> int:
     from training.tokenizer import train_tokenizer
 
-    train_tokenizer(args.out, corpus=args.corpus, vocab_size=args.vocab_size, seed=args.seed)
+    train_tokenizer(args.out, corpus=_corpus(args.corpus), vocab_size=args.vocab_size, seed=args.seed)
     return 0
 
 
@@ -58,6 +104,10 @@ def run_target(args) -> int:
                             unlikelihood_weight=args.unlikelihood_weight, decay_minutes=args.decay_minutes)
     if args.tokenizer is None and args.init is None:
         raise InvalidRequestError("train target: give --tokenizer (from `train tokenizer`), or --init")
+    _tokenizer_dir(args.tokenizer)
+    _directory(args.init, "--init")
+    _directory(args.unlikelihood, "--unlikelihood")
+    _corpus(args.corpus)
     budget = _budget(args)
     decay_start(budget, args.decay_minutes)  # refuses a decay without a time budget before any work
     train_target(args.out, args.tokenizer, work=args.work, corpus=args.corpus, shape=shape,
@@ -83,8 +133,10 @@ def run_draft(args) -> int:
         init_from=str(args.init) if args.init else None, trim_loops=args.trim_loops,
         intermediate_size=args.intermediate_size,
     )
-    train_draft(args.out, args.target, work=args.work, corpus=args.corpus,
-                prompts_file=args.prompts, cfg=cfg, budget=_budget(args), seed=args.seed,
+    target, corpus, prompts = _target(args.target), _corpus(args.corpus), _prompts(args.prompts)
+    _directory(args.init, "--init")
+    train_draft(args.out, target, work=args.work, corpus=corpus,
+                prompts_file=prompts, cfg=cfg, budget=_budget(args), seed=args.seed,
                 threads=args.threads, progress=not args.no_progress)
     return 0
 
@@ -240,8 +292,14 @@ def format_pass1_summary(r: dict) -> str:
 def run_proposals(args) -> int:
     from training.proposal_vocab import build_proposal_ids
 
-    build_proposal_ids(args.target, args.draft, args.size, pools=args.pool, work=args.work,
-                       prompts_file=args.prompts, corpus=args.corpus, num_sequences=args.num_sequences,
+    from engine.errors import InvalidRequestError
+
+    missing = [str(pool) for pool in args.pool or () if not pool.is_file()]
+    if missing:
+        raise InvalidRequestError(f"--pool: no such file: {', '.join(missing)}")
+    build_proposal_ids(_target(args.target), _directory(args.draft, "--draft"), args.size, pools=args.pool,
+                       work=args.work, prompts_file=_prompts(args.prompts), corpus=_corpus(args.corpus),
+                       num_sequences=args.num_sequences,
                        chat_fraction=args.chat_fraction, new_tokens=args.new_tokens, seed=args.seed,
                        threads=args.threads, progress=not args.no_progress)
     return 0

@@ -695,3 +695,39 @@ def test_a_decay_in_minutes_needs_a_time_budget(tmp_path, tokenizer_dir, capsys)
     assert cli(args) != 0
     assert "--decay-minutes needs --max-minutes" in capsys.readouterr().err
     assert not (tmp_path / "t").exists()  # refused before any work
+
+
+TRAIN_REFUSALS = [  # (command after `train`, with {t}: a saved target, {tok}: a tokenizer, {x}: a missing path; says)
+    ("tokenizer --corpus {x}", "--corpus not found: {x} (no such directory)"),
+    ("target --tokenizer {x}", "--tokenizer not found: {x} (no such directory)"),
+    ("target --tokenizer {empty}", "holds no tokenizer"),
+    ("target --tokenizer {tok} --corpus {empty}", "--corpus {empty} holds no .py file"),
+    ("target --init {x}", "--init not found"),
+    ("target --init {t} --unlikelihood {x}", "--unlikelihood not found"),
+    ("draft --target {x}", "target not found: {x} (no such directory)"),
+    ("draft --target {t} --corpus {x}", "--corpus not found"),
+    ("draft --target {t} --init {x}", "--init not found"),
+    ("draft --target {t} --prompts {x}", "cannot read the prompt file {x} (or one of the mixes: requests"),
+    ("draft --target {t} --prompts {bad}", "bad.jsonl:2: each line must be a JSON object with a 'prompt' string"),
+    ("proposals --target {x} --draft {t}", "target not found"),
+    ("proposals --target {t} --draft {x}", "--draft not found"),
+    ("proposals --target {t} --draft {t} --pool {x}", "--pool: no such file: {x}"),
+]
+
+
+@pytest.mark.parametrize("command, says", TRAIN_REFUSALS, ids=[c for c, _ in TRAIN_REFUSALS])
+def test_a_wrong_path_is_refused_in_one_line_before_any_work(tmp_path, tokenizer_dir, capsys, command, says):
+    paths = {"t": tiny_target(tmp_path, tokenizer_dir), "tok": tokenizer_dir, "x": tmp_path / "missing",
+             "empty": tmp_path / "empty", "bad": tmp_path / "bad.jsonl"}
+    paths["empty"].mkdir()
+    paths["bad"].write_text('{"prompt": "def f(a):"}\n{"messages": "hi"}\n')
+    words = [word.format(**paths) for word in command.split()]
+    capsys.readouterr()  # what saving the target printed
+    out = tmp_path / "out"
+    extra = {"tokenizer": ["--out", str(out)], "proposals": ["--work", str(out), "--no-progress"]}.get(
+        words[0], ["--out", str(out), "--max-steps", "1", "--no-progress"])
+    assert cli(["train", *words, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"dflash-studio: error: {err.split('error: ', 1)[1]}" and "\n" not in err  # one line
+    assert says.format(**paths) in err
+    assert not out.exists()  # refused before any work

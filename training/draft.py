@@ -219,7 +219,8 @@ def build_prompts(tokenizer, corpus, n: int, cfg: DraftTrainConfig, seed: int, h
         if "messages" in rec and has_chat:
             text = tokenizer.apply_chat_template(rec["messages"], tokenize=False, add_generation_prompt=True)
         else:
-            text = rec["prompt"]
+            # a conversation, for a target with no chat template: the text of its last turn
+            text = rec["prompt"] if "prompt" in rec else rec["messages"][-1]["content"]
             if rec.get("kind") == "chat" and has_chat:
                 text = tokenizer.apply_chat_template([{"role": "user", "content": text}],
                                                      tokenize=False, add_generation_prompt=True)
@@ -728,8 +729,42 @@ def extra_prompt_rows(prompts_file: Path | str | None, seed: int, log=print) -> 
 
         return wide_draft_prompt_rows(seed, n_wide=5200, n_requests=1200, log=log, mix=CODE_WIDE)
     if prompts_file:
-        return [json.loads(line) for line in Path(prompts_file).read_text().splitlines() if line.strip()]
+        return read_prompt_rows(Path(prompts_file))
     return []
+
+
+PROMPT_MIXES = ("requests", "coder", "requests-wide", "code-wide")  # the names --prompts takes besides a file
+PROMPT_ROW = "each line must be a JSON object with a 'prompt' string or a 'messages' list of {role, content}"
+
+
+def read_prompt_rows(path: Path) -> list[dict]:
+    """The rows of a --prompts file, each checked: InvalidRequestError naming the first bad line."""
+    from engine.errors import InvalidRequestError
+
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        hint = f" (or one of the mixes: {', '.join(PROMPT_MIXES)})" if not path.exists() else ""
+        raise InvalidRequestError(f"cannot read the prompt file {path}{hint}: {exc}") from exc
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise InvalidRequestError(f"{path}:{number}: {PROMPT_ROW} ({exc})") from exc
+        if not (isinstance(row, dict) and (isinstance(row.get("prompt"), str) or _is_conversation(row.get("messages")))):
+            raise InvalidRequestError(f"{path}:{number}: {PROMPT_ROW}")
+        rows.append(row)
+    if not rows:
+        raise InvalidRequestError(f"{path} holds no prompt: {PROMPT_ROW}")
+    return rows
+
+
+def _is_conversation(messages) -> bool:
+    return isinstance(messages, list) and bool(messages) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages)
 
 
 def _regenerate(work: Path, train_pool: SequencePool, eval_pool: SequencePool, target, tokenizer, corpus,

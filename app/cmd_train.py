@@ -8,6 +8,26 @@ import argparse
 from pathlib import Path
 
 
+def _number(kind, low: float, high: float | None = None, what: str = ""):
+    """An argparse type: a ``kind`` number from ``low`` (up to ``high``), refused in one line otherwise."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {what or f'at least {low:g}'} (got {text})")
+        return value
+    return parse
+
+
+POSITIVE_INT = _number(int, 1)
+COUNT = _number(int, 0)  # zero allowed: "none"
+FRACTION = _number(float, 0.0, 1.0, "between 0 and 1")
+POSITIVE = _number(float, 1e-12, what="above 0")
+NON_NEGATIVE = _number(float, 0.0)
+
+
 def _budget(args):
     from engine.extras import require
     from training.common import Budget
@@ -71,12 +91,12 @@ def _common(p: argparse.ArgumentParser, default_minutes: float) -> None:
                    help="checkpoints, cached data and log.jsonl (default: OUT/_train); "
                         "rerunning with the same --work resumes")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--max-minutes", type=float, default=None,
+    p.add_argument("--threads", type=POSITIVE_INT, default=None, help="torch CPU threads")
+    p.add_argument("--max-minutes", type=POSITIVE, default=None,
                    help=f"wall-clock training budget (default {default_minutes:g} when no other limit)")
-    p.add_argument("--max-steps", type=int, default=None)
-    p.add_argument("--max-tokens", type=int, default=None)
-    p.add_argument("--checkpoint-minutes", type=float, default=5.0)
+    p.add_argument("--max-steps", type=POSITIVE_INT, default=None)
+    p.add_argument("--max-tokens", type=POSITIVE_INT, default=None)
+    p.add_argument("--checkpoint-minutes", type=POSITIVE, default=5.0)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(default_minutes=default_minutes)
 
@@ -335,7 +355,7 @@ def _register_tokenizer(sub) -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--corpus", type=Path, default=None,
                    help="directory of *.py files (default: this Python's standard library)")
-    p.add_argument("--vocab-size", type=int, default=8192)
+    p.add_argument("--vocab-size", type=POSITIVE_INT, default=8192)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run_tokenizer)
 
@@ -352,8 +372,8 @@ def _register_target(sub) -> None:
                    help="a `train draft` --work directory: the target's own greedy continuations; "
                         "tokens that continue a back-to-back repeat of 8+ tokens get an unlikelihood "
                         "loss, so greedy replies stop looping")
-    p.add_argument("--unlikelihood-weight", type=float, default=1.0)
-    p.add_argument("--train-from-layer", type=int, default=0,
+    p.add_argument("--unlikelihood-weight", type=NON_NEGATIVE, default=1.0)
+    p.add_argument("--train-from-layer", type=COUNT, default=0,
                    help="with --init: train only the decoder layers from this index up (and the final "
                         "norm); the embedding, lm_head and lower layers stay bit-identical, so an existing "
                         "DFlash draft whose target layers all lie below keeps working")
@@ -368,33 +388,33 @@ def _register_target(sub) -> None:
                         "second, sharpening fine-tune); coder: the default coder's data (copy, with the "
                         "tasks in many wordings, the extra tasks, follow-ups that edit the previous "
                         "function, requests that state an edge case or a name)")
-    p.add_argument("--layers", type=int, default=None,
+    p.add_argument("--layers", type=POSITIVE_INT, default=None,
                    help="decoder layers (default 12); with --init, a depth above the init model's grows it: "
                         "the added layers are copies spread evenly through the stack whose output projections "
                         "start at zero, so the grown model starts out computing exactly what the init did")
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--intermediate", type=int, default=768)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--kv-heads", type=int, default=2)
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--max-positions", type=int, default=1024)
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--lr", type=float, default=1.5e-3)
-    p.add_argument("--decay-minutes", type=float, default=None,
+    p.add_argument("--hidden", type=POSITIVE_INT, default=256)
+    p.add_argument("--intermediate", type=POSITIVE_INT, default=768)
+    p.add_argument("--heads", type=POSITIVE_INT, default=4)
+    p.add_argument("--kv-heads", type=POSITIVE_INT, default=2)
+    p.add_argument("--head-dim", type=POSITIVE_INT, default=64)
+    p.add_argument("--max-positions", type=POSITIVE_INT, default=1024)
+    p.add_argument("--seq-len", type=_number(int, 2), default=256)
+    p.add_argument("--batch-size", type=POSITIVE_INT, default=16)
+    p.add_argument("--lr", type=NON_NEGATIVE, default=1.5e-3)
+    p.add_argument("--decay-minutes", type=POSITIVE, default=None,
                    help="hold the peak learning rate and decay it over the budget's last N minutes "
                         "(warmup-stable-decay), instead of a cosine over the whole run: a resumed run can "
                         "be given a longer --max-minutes, and a copy of its work directory resumed with "
                         "--max-minutes ELAPSED+N cools any checkpoint into a model")
-    p.add_argument("--chat-fraction", type=float, default=0.5)
-    p.add_argument("--name-weight", type=float, default=1.0,
+    p.add_argument("--chat-fraction", type=FRACTION, default=0.5)
+    p.add_argument("--name-weight", type=POSITIVE, default=1.0,
                    help="with --data requests: loss weight of a reply's first line (the def/class name)")
-    p.add_argument("--own-replies", type=int, default=0,
+    p.add_argument("--own-replies", type=COUNT, default=0,
                    help="with --init and --data coder: the init model first answers this many training requests; "
                         "follow-up chats then edit those replies too, answered by the requested function")
-    p.add_argument("--eval-windows", type=int, default=24)
-    p.add_argument("--samples", type=int, default=6, help="greedy samples per evaluation")
-    p.add_argument("--sample-tokens", type=int, default=96)
+    p.add_argument("--eval-windows", type=POSITIVE_INT, default=24)
+    p.add_argument("--samples", type=COUNT, default=6, help="greedy samples per evaluation")
+    p.add_argument("--sample-tokens", type=POSITIVE_INT, default=96)
     p.set_defaults(func=run_target)
 
 
@@ -412,28 +432,28 @@ def _register_draft(sub) -> None:
                         'to edit a first reply) and as many it never saw, or "code-wide": '
                         'fewer of those and more code prefixes, in more shapes (imports above a def, bare '
                         'signatures, methods under their class)')
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--intermediate-size", type=int, default=None,
+    p.add_argument("--layers", type=POSITIVE_INT, default=2)
+    p.add_argument("--intermediate-size", type=POSITIVE_INT, default=None,
                    help="the draft's MLP width (default: the target's); its hidden size is the target's, "
                         "whose embedding and head it shares")
-    p.add_argument("--block-size", type=int, default=8)
-    p.add_argument("--gamma", type=float, default=None, help="loss decay (default: 4 for B=8, 7 for 16)")
+    p.add_argument("--block-size", type=_number(int, 2, 16, "between 2 and 16"), default=8)
+    p.add_argument("--gamma", type=POSITIVE, default=None, help="loss decay (default: 4 for B=8, 7 for 16)")
     p.add_argument("--target-layer-ids", type=lambda s: [int(x) for x in s.split(",")], default=None)
-    p.add_argument("--num-features", type=int, default=4,
+    p.add_argument("--num-features", type=POSITIVE_INT, default=4,
                    help="how many target layers feed the draft when --target-layer-ids is not set")
-    p.add_argument("--lr", type=float, default=6e-4)
-    p.add_argument("--batch-size", type=int, default=8, help="sequences per step")
-    p.add_argument("--anchors", type=int, default=64, help="random blocks per sequence")
-    p.add_argument("--num-sequences", type=int, default=2048, help="regenerated sequences (at most)")
-    p.add_argument("--prompt-tokens", type=int, default=128)
-    p.add_argument("--new-tokens", type=int, default=160)
-    p.add_argument("--gen-batch", type=int, default=64)
-    p.add_argument("--chat-fraction", type=float, default=0.5)
-    p.add_argument("--gen-fraction", type=float, default=0.35,
+    p.add_argument("--lr", type=NON_NEGATIVE, default=6e-4)
+    p.add_argument("--batch-size", type=POSITIVE_INT, default=8, help="sequences per step")
+    p.add_argument("--anchors", type=POSITIVE_INT, default=64, help="random blocks per sequence")
+    p.add_argument("--num-sequences", type=POSITIVE_INT, default=2048, help="regenerated sequences (at most)")
+    p.add_argument("--prompt-tokens", type=POSITIVE_INT, default=128)
+    p.add_argument("--new-tokens", type=POSITIVE_INT, default=160)
+    p.add_argument("--gen-batch", type=POSITIVE_INT, default=64)
+    p.add_argument("--chat-fraction", type=FRACTION, default=0.5)
+    p.add_argument("--gen-fraction", type=_number(float, 0.01, 0.99, "between 0.01 and 0.99"), default=0.35,
                    help="share of the time budget for regenerating data")
-    p.add_argument("--eval-sequences", type=int, default=32)
-    p.add_argument("--min-prompt-tokens", type=int, default=16)
-    p.add_argument("--cache-features-gb", type=float, default=4.0,
+    p.add_argument("--eval-sequences", type=POSITIVE_INT, default=32)
+    p.add_argument("--min-prompt-tokens", type=POSITIVE_INT, default=16)
+    p.add_argument("--cache-features-gb", type=NON_NEGATIVE, default=4.0,
                    help="keep the frozen target's features in RAM when they fit (0: always online)")
     p.add_argument("--dtype", default=None, help="target dtype (float32, bfloat16); default auto")
     p.add_argument("--device", default=None)
@@ -456,7 +476,7 @@ def _register_proposals(sub) -> None:
     p.add_argument("--target", required=True, help="the target the draft serves")
     p.add_argument("--draft", type=Path, required=True,
                    help="draft directory: its config.json gets dflash_config.proposal_ids (weights untouched)")
-    p.add_argument("--size", type=int, default=2048, help="how many ids it may propose (default 2048)")
+    p.add_argument("--size", type=POSITIVE_INT, default=2048, help="how many ids it may propose (default 2048)")
     p.add_argument("--pool", type=Path, nargs="+", default=None,
                    help="count the target's replies already in these sequence pools (a `train draft` work "
                         "directory's train_sequences.pt) instead of generating new ones")
@@ -466,11 +486,11 @@ def _register_proposals(sub) -> None:
                    help="prompt mix, as for `train draft --prompts` (a JSONL file, requests, requests-wide, "
                         "code-wide); default: code prefixes and chat requests from the corpus")
     p.add_argument("--corpus", type=Path, default=None, help="directory of *.py files (default: the standard library)")
-    p.add_argument("--num-sequences", type=int, default=1200, help="replies to generate (default 1200)")
-    p.add_argument("--chat-fraction", type=float, default=0.5)
-    p.add_argument("--new-tokens", type=int, default=96)
+    p.add_argument("--num-sequences", type=POSITIVE_INT, default=1200, help="replies to generate (default 1200)")
+    p.add_argument("--chat-fraction", type=FRACTION, default=0.5)
+    p.add_argument("--new-tokens", type=POSITIVE_INT, default=96)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=POSITIVE_INT, default=None)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_proposals)
 
@@ -482,8 +502,8 @@ def _register_eval(sub) -> None:
     p.add_argument("--prompts", type=Path, default=None,
                    help="JSONL prompts (default: assets/prompts/heldout_requests.jsonl, never trained on; "
                         "with --pass1: one set in place of --pass1-sets)")
-    p.add_argument("--max-new-tokens", type=int, default=160)
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=POSITIVE_INT, default=160)
+    p.add_argument("--threads", type=POSITIVE_INT, default=None)
     p.add_argument("--out", type=Path, default=None, help="write the full report (every reply) as JSON")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--pass1", action="store_true",

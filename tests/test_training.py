@@ -731,3 +731,27 @@ def test_a_wrong_path_is_refused_in_one_line_before_any_work(tmp_path, tokenizer
     assert err == f"dflash-studio: error: {err.split('error: ', 1)[1]}" and "\n" not in err  # one line
     assert says.format(**paths) in err
     assert not out.exists()  # refused before any work
+
+
+@pytest.mark.parametrize("command, says", [
+    ("target --batch-size 0", "argument --batch-size: must be at least 1 (got 0)"),
+    ("target --max-minutes -5", "argument --max-minutes: must be above 0 (got -5)"),
+    ("target --seq-len x", "argument --seq-len: 'x' is not an integer"),
+    ("target --chat-fraction 1.5", "argument --chat-fraction: must be between 0 and 1 (got 1.5)"),
+    ("draft --target T --block-size 1", "argument --block-size: must be between 2 and 16 (got 1)"),
+    ("draft --target T --gen-fraction 1", "argument --gen-fraction: must be between 0.01 and 0.99"),
+    ("proposals --target T --draft D --size 0", "argument --size: must be at least 1 (got 0)"),
+    ("eval --max-new-tokens 0", "argument --max-new-tokens: must be at least 1 (got 0)"),
+])
+def test_a_number_out_of_range_is_refused_by_the_option_that_takes_it(tmp_path, capsys, command, says):
+    with pytest.raises(SystemExit) as exit_:
+        cli(["train", *command.split(), "--out", str(tmp_path / "out")] if command.split()[0] in ("target", "draft")
+            else ["train", *command.split()])
+    assert exit_.value.code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_vocabulary_with_no_room_for_merges_is_refused(tmp_path, corpus, capsys):
+    assert cli(["train", "tokenizer", "--out", str(tmp_path / "tok"), "--corpus", str(corpus), "--vocab-size", "5"]) == 2
+    assert "--vocab-size 5 leaves no room for merges" in capsys.readouterr().err
+    assert not (tmp_path / "tok").exists()

@@ -39,6 +39,12 @@ def train_tokenizer(out: Path, corpus: Path | None = None, vocab_size: int = 819
 
     from .corpus import read_source, split_files
 
+    from engine.errors import InvalidRequestError
+
+    smallest = 256 + len(SPECIAL_TOKENS)  # every byte and the special tokens, before any merge
+    if vocab_size <= smallest:
+        raise InvalidRequestError(f"--vocab-size {vocab_size} leaves no room for merges: the {smallest - 256} special "
+                                  f"tokens and the 256 bytes take {smallest}; give more (8192 is the default)")
     out = Path(out)
     meta_path = out / "training_meta.json"
     if (out / "tokenizer.json").exists() and meta_path.exists():

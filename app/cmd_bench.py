@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import replace
+from pathlib import Path
 
-from .options import add_fallback_options, add_model_options, add_proposal_option, engine_config
+from .options import POSITIVE_INT, add_fallback_options, add_model_options, add_proposal_option, engine_config
 
 
 def register(subparsers) -> None:
@@ -22,8 +23,8 @@ def register(subparsers) -> None:
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     add_proposal_option(parser)
-    parser.add_argument("--limit", type=int, help="only the first N prompts")
-    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+    parser.add_argument("--limit", type=POSITIVE_INT, help="only the first N prompts")
+    parser.add_argument("--repeat", type=POSITIVE_INT, default=1, metavar="N",
                         help="run each path N times per prompt, interleaved, and keep its fastest run (same seed, "
                              "same tokens): steadier figures on a busy machine, N times the time (default 1)")
     parser.add_argument("--heal", action="store_true",
@@ -33,7 +34,7 @@ def register(subparsers) -> None:
     add_fallback_options(parser)
     parser.add_argument("--costs", action="store_true",
                         help="only measure the cost of one verify over B tokens and one draft pass (B = 1, 2, 4, 8, 16)")
-    parser.add_argument("--context", type=int, default=128, help="context length for --costs (default 128)")
+    parser.add_argument("--context", type=POSITIVE_INT, default=128, help="context length for --costs (default 128)")
     parser.add_argument("--random-weights", action="store_true",
                         help="with --costs and --target NAME (a published pair from the model menu): build the pair's "
                              "full shape from its two config.json files with random weights, download no weights, "
@@ -58,6 +59,12 @@ def run(args) -> int:
     from engine.loading import assets_dir
     from engine.runtime import Engine
 
+    from engine.errors import InvalidRequestError
+
+    if args.save_runs and not args.replay:
+        raise InvalidRequestError("--save-runs writes what --replay records: add --replay, or leave --save-runs out")
+    if args.save_runs and not Path(args.save_runs).resolve().parent.is_dir():
+        raise InvalidRequestError(f"--save-runs {args.save_runs}: no such folder to write it in")
     if args.costs:
         return run_costs(args)
     if args.replay:
@@ -297,8 +304,10 @@ def run_replay(args) -> int:
         document = {"model": engine.name, "block_size": block, "context": args.context,
                     "costs": {str(b): list(c) for b, c in costs.items()},
                     "prompts": [item.name for item in prompts], "runs": all_runs}
-        with open(args.save_runs, "w", encoding="utf-8") as f:
-            json.dump(document, f)
+        try:
+            Path(args.save_runs).write_text(json.dumps(document), encoding="utf-8")
+        except OSError as exc:
+            raise InvalidRequestError(f"cannot write --save-runs {args.save_runs}: {exc}") from exc
     if args.json:
         print(json.dumps({"model": engine.name, "block_size": block, "costs": costs, "policies": results}))
         return 0

@@ -7,25 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-
-def _number(kind, low: float, high: float | None = None, what: str = ""):
-    """An argparse type: a ``kind`` number from ``low`` (up to ``high``), refused in one line otherwise."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
-        if value < low or (high is not None and value > high):
-            raise argparse.ArgumentTypeError(f"must be {what or f'at least {low:g}'} (got {text})")
-        return value
-    return parse
-
-
-POSITIVE_INT = _number(int, 1)
-COUNT = _number(int, 0)  # zero allowed: "none"
-FRACTION = _number(float, 0.0, 1.0, "between 0 and 1")
-POSITIVE = _number(float, 1e-12, what="above 0")
-NON_NEGATIVE = _number(float, 0.0)
+from .options import COUNT, FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, number
 
 
 def _budget(args):
@@ -398,7 +380,7 @@ def _register_target(sub) -> None:
     p.add_argument("--kv-heads", type=POSITIVE_INT, default=2)
     p.add_argument("--head-dim", type=POSITIVE_INT, default=64)
     p.add_argument("--max-positions", type=POSITIVE_INT, default=1024)
-    p.add_argument("--seq-len", type=_number(int, 2), default=256)
+    p.add_argument("--seq-len", type=number(int, 2), default=256)
     p.add_argument("--batch-size", type=POSITIVE_INT, default=16)
     p.add_argument("--lr", type=NON_NEGATIVE, default=1.5e-3)
     p.add_argument("--decay-minutes", type=POSITIVE, default=None,
@@ -436,7 +418,7 @@ def _register_draft(sub) -> None:
     p.add_argument("--intermediate-size", type=POSITIVE_INT, default=None,
                    help="the draft's MLP width (default: the target's); its hidden size is the target's, "
                         "whose embedding and head it shares")
-    p.add_argument("--block-size", type=_number(int, 2, 16, "between 2 and 16"), default=8)
+    p.add_argument("--block-size", type=number(int, 2, 16, "between 2 and 16"), default=8)
     p.add_argument("--gamma", type=POSITIVE, default=None, help="loss decay (default: 4 for B=8, 7 for 16)")
     p.add_argument("--target-layer-ids", type=lambda s: [int(x) for x in s.split(",")], default=None)
     p.add_argument("--num-features", type=POSITIVE_INT, default=4,
@@ -449,7 +431,7 @@ def _register_draft(sub) -> None:
     p.add_argument("--new-tokens", type=POSITIVE_INT, default=160)
     p.add_argument("--gen-batch", type=POSITIVE_INT, default=64)
     p.add_argument("--chat-fraction", type=FRACTION, default=0.5)
-    p.add_argument("--gen-fraction", type=_number(float, 0.01, 0.99, "between 0.01 and 0.99"), default=0.35,
+    p.add_argument("--gen-fraction", type=number(float, 0.01, 0.99, "between 0.01 and 0.99"), default=0.35,
                    help="share of the time budget for regenerating data")
     p.add_argument("--eval-sequences", type=POSITIVE_INT, default=32)
     p.add_argument("--min-prompt-tokens", type=POSITIVE_INT, default=16)

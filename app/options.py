@@ -8,6 +8,26 @@ import shlex
 from engine.config import PROPOSALS, EngineConfig, FallbackConfig, SamplingConfig
 
 
+def number(kind, low: float, high: float | None = None, what: str = ""):
+    """An argparse type: a ``kind`` number from ``low`` (up to ``high``), refused in one line otherwise."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {what or f'at least {low:g}'} (got {text})")
+        return value
+    return parse
+
+
+POSITIVE_INT = number(int, 1)
+COUNT = number(int, 0)  # zero allowed: "none"
+FRACTION = number(float, 0.0, 1.0, "between 0 and 1")
+POSITIVE = number(float, 1e-12, what="above 0")
+NON_NEGATIVE = number(float, 0.0)
+
+
 def add_model_options(parser: argparse.ArgumentParser, compile_by_default: bool = True) -> None:
     """``compile_by_default``: False for commands that answer one reply (the compile would
     finish after it)."""
@@ -16,7 +36,7 @@ def add_model_options(parser: argparse.ArgumentParser, compile_by_default: bool 
     group.add_argument("--draft", metavar="DIR|REPO", help="DFlash draft (z-lab format; REPO/SUBFOLDER and @REVISION allowed)")
     group.add_argument("--device", help="cpu, cuda, cuda:1 … (default: cuda if available)")
     group.add_argument("--dtype", help="float32, bfloat16, float16 (default: bfloat16 on cuda, float32 on cpu)")
-    group.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 for small models on CPU)")
+    group.add_argument("--threads", type=POSITIVE_INT, help="CPU threads for torch (default: 1 for small models on CPU)")
     group.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                        help="the compiled path: static caches and torch.compile (CUDA graphs on a GPU), compiled in "
                             "the background while the eager path answers the first replies (default: "
@@ -52,8 +72,8 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
                        "target without a draft, for Compare and bench's plain runs")
     group.add_argument("--vllm-python", metavar="PATH", help="vLLM's interpreter (default: the venv that "
                        "scripts/install_vllm.sh builds)")
-    group.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM: GPUs per pipeline stage")
-    group.add_argument("--pipeline-parallel-size", type=int, default=1, help="vLLM: pipeline stages (nodes)")
+    group.add_argument("--tensor-parallel-size", type=POSITIVE_INT, default=1, help="vLLM: GPUs per pipeline stage")
+    group.add_argument("--pipeline-parallel-size", type=POSITIVE_INT, default=1, help="vLLM: pipeline stages (nodes)")
     group.add_argument("--vllm-args", action="append", default=[], metavar="'ARGS'",
                        help="more arguments for the vLLM server, as one quoted string (repeatable)")
 

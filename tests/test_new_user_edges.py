@@ -373,3 +373,24 @@ def test_a_long_prompt_is_tokenized_without_the_tokenizers_length_warning():
         logger.removeHandler(handler)
     assert len(ids) > 1024
     assert not [r for r in records if "sequence length is longer" in r.getMessage()]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["bench", "--repeat", "0"], "bench: error: argument --repeat: must be at least 1 (got 0)"),
+    (["bench", "--costs", "--context", "-5"], "bench: error: argument --context: must be at least 1 (got -5)"),
+    (["bench", "--limit", "0"], "argument --limit: must be at least 1 (got 0)"),
+    (["generate", "--threads", "-1", "hi"], "generate: error: argument --threads: must be at least 1 (got -1)"),
+    (["serve", "--threads", "two"], "argument --threads: 'two' is not an integer"),
+])
+def test_a_count_out_of_range_is_refused_by_its_option(argv, says, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_bench_save_runs_needs_replay_and_a_folder_to_write_in(tmp_path, capsys):
+    assert main(["bench", "--save-runs", str(tmp_path / "runs.json")]) == 2
+    assert main(["bench", "--replay", "--save-runs", str(tmp_path / "no" / "runs.json")]) == 2
+    first, second = capsys.readouterr().err.strip().splitlines()
+    assert first == "dflash-studio: error: --save-runs writes what --replay records: add --replay, or leave --save-runs out"
+    assert second == f"dflash-studio: error: --save-runs {tmp_path / 'no' / 'runs.json'}: no such folder to write it in"

@@ -262,7 +262,8 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONResp
     if first.get("type") == "json_invalid":
         message = "the request body is not valid JSON"
     else:
-        message = f"{param + ': ' if param else ''}{first.get('msg', 'invalid value')}"
+        reason = str(first.get("msg", "invalid value")).removeprefix("Value error, ")  # a validator's own words
+        message = f"{param + ': ' if param else ''}{reason}"
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more problem{'s' * (len(errors) > 2)})"
     return ApiError(400, message, param=param).response()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine.config import FallbackConfig, SamplingConfig
 from engine.errors import check_prompt_text
@@ -91,6 +91,15 @@ class CompletionRequest(_Common):
     suffix: str | None = None
     echo: bool | None = None
     best_of: int | None = None
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _text_prompt(cls, value):
+        """OpenAI's API also takes token ids ([1, 2] or [[1, 2]]); they are another tokenizer's ids
+        as often as this model's, so this server takes text only, and says so."""
+        if isinstance(value, list) and value and all(isinstance(v, (int, list)) for v in value):
+            raise ValueError("token-id prompts are not supported by this server: send the prompt as text")
+        return value
 
 
 # fields that do not change the output: accepted, kept with the session

@@ -239,6 +239,14 @@ def test_errors_are_always_openai_shaped(served, method, path, body, status):
     assert response.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("prompt", [[1, 2, 3], [[1, 2, 3]]])
+def test_a_token_id_prompt_is_refused_with_the_reason(served, client, prompt):
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.completions.create(model="fake-coder", prompt=prompt, max_tokens=4)
+    assert raised.value.message.endswith("prompt: token-id prompts are not supported by this server: send the "
+                                         "prompt as text")
+
+
 def test_a_prompt_over_the_context_window_is_refused_before_it_is_stored(served, client):
     studio, engine, _ = served
     before = studio.store.count_sessions()

@@ -21,10 +21,14 @@ answers, then used by every reply that fits a compiled bucket.
   on: a second start compiles from it in a fraction of the time (``bench --compile`` measures).
 - A compile that fails is logged with its traceback and the eager path stays (``state`` says
   ``failed`` and ``error`` why); nothing is swallowed.
+- A process that exits while the compile thread is inside torch aborts ("terminate called without
+  an active exception", exit code 134). So an exit (a command's error, the end of a script, Ctrl-C)
+  first stops the compile after the pass in progress and waits for it (``atexit``).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import itertools
@@ -33,6 +37,7 @@ import queue
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -241,6 +246,7 @@ class CompiledPath:
             return self
         self._thread = threading.Thread(target=self._work, name="dflash-compile", daemon=True)
         self._thread.start()
+        atexit.register(stop_at_exit, weakref.ref(self))
         bucket = self.backend.bucket(max_length)
         self.queue({(kind, bucket, width) for kind, width in self.widths(self.max_block)})
         return self
@@ -277,6 +283,14 @@ class CompiledPath:
         still inside torch at exit aborts the process)."""
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def stop_and_wait(self) -> None:
+        """Stop compiling and wait for the thread to end (a process about to exit)."""
+        if self._thread is not None and self._thread.is_alive():
+            if not self._jobs.empty() or self.state == "compiling":
+                log.warning("stopping: waiting for the compile in progress to end")
+            self.close(wait=0)
+            self.join()
 
     def _release_backend(self) -> None:
         if self.backend is not None:
@@ -452,3 +466,10 @@ def _allow_enough_graphs() -> None:
             setattr(config, name, 64)
     if hasattr(config, "accumulated_recompile_limit") and config.accumulated_recompile_limit < 512:
         config.accumulated_recompile_limit = 512
+
+
+def stop_at_exit(path: "weakref.ref[CompiledPath]") -> None:
+    """atexit: a process must not end while the compile thread is inside torch (it aborts)."""
+    compiled = path()
+    if compiled is not None:
+        compiled.stop_and_wait()

@@ -212,6 +212,29 @@ def test_a_process_that_closes_the_compiled_path_then_exits_does_not_abort():
     assert child.returncode == 0, child.stderr[-3000:]
 
 
+EXIT_WHILE_COMPILING_CHILD = """
+import sys
+from engine.compiled import CompiledPath
+from tests.family_twins import family_twin
+from tests.test_compiled import BLOCK
+from tests.tiny_models import tiny_draft
+
+target = family_twin("qwen3")
+CompiledPath(target, tiny_draft(target, block_size=BLOCK), BLOCK, buckets=(64,)).start(max_length=64)
+sys.exit(3)  # at once, as a command does after printing an error, without closing anything
+"""
+
+
+def test_a_process_that_exits_while_its_passes_compile_ends_with_its_own_exit_code():
+    """Before, `bench` on a prompt over the context window printed its error, then aborted
+    ('terminate called without an active exception', exit code 134): the compile thread was
+    inside torch when the interpreter exited. An exit now waits for the pass in progress."""
+    child = subprocess.run([sys.executable, "-c", EXIT_WHILE_COMPILING_CHILD], cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
+    assert child.returncode == 3, child.stderr[-3000:]
+    assert "terminate called" not in child.stderr
+
+
 def test_a_lock_the_paused_compile_holds_reaches_the_waiting_reply():
     """The pause is sliced: a compile paused while it holds a lock a reply waits for lets it go."""
     give_way = compiled_module.GiveWay(pause=0.05, run=0.01)

@@ -226,9 +226,10 @@ sys.exit(3)  # at once, as a command does after printing an error, without closi
 
 
 def test_a_process_that_exits_while_its_passes_compile_ends_with_its_own_exit_code():
-    """Before, `bench` on a prompt over the context window printed its error, then aborted
-    ('terminate called without an active exception', exit code 134): the compile thread was
-    inside torch when the interpreter exited. An exit now waits for the pass in progress."""
+    """A command that stops on an error right after the load (`bench` on a prompt over the context
+    window) exits while the compile thread has just entered torch, which would abort the process
+    ('terminate called without an active exception', exit code 134): the exit waits for the pass
+    in progress and keeps the command's own exit code."""
     child = subprocess.run([sys.executable, "-c", EXIT_WHILE_COMPILING_CHILD], cwd=ROOT, capture_output=True,
                            text=True, timeout=300)
     assert child.returncode == 3, child.stderr[-3000:]

@@ -56,10 +56,9 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from engine.bench import bench, read_prompts
     from engine.config import FallbackConfig, SamplingConfig
+    from engine.errors import InvalidRequestError
     from engine.loading import assets_dir
     from engine.runtime import Engine
-
-    from engine.errors import InvalidRequestError
 
     if args.save_runs and not args.replay:
         raise InvalidRequestError("--save-runs writes what --replay records: add --replay, or leave --save-runs out")

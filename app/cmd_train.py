@@ -60,10 +60,14 @@ def _target(source: str) -> str:
 
 def _prompts(value: Path | None) -> Path | None:
     """--prompts: one of the built-in mixes, or a JSONL file whose every row is checked now."""
+    from engine.errors import InvalidRequestError
     from training.draft import PROMPT_MIXES, read_prompt_rows
 
-    if value is not None and str(value) not in PROMPT_MIXES:
-        read_prompt_rows(value)
+    if value is None or str(value) in PROMPT_MIXES:
+        return value
+    if not value.exists():
+        raise InvalidRequestError(f"--prompts {value}: no such file (nor one of the mixes: {', '.join(PROMPT_MIXES)})")
+    read_prompt_rows(value)
     return value
 
 
@@ -292,9 +296,8 @@ def format_pass1_summary(r: dict) -> str:
 
 
 def run_proposals(args) -> int:
-    from training.proposal_vocab import build_proposal_ids
-
     from engine.errors import InvalidRequestError
+    from training.proposal_vocab import build_proposal_ids
 
     missing = [str(pool) for pool in args.pool or () if not pool.is_file()]
     if missing:

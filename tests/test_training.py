@@ -707,7 +707,7 @@ TRAIN_REFUSALS = [  # (command after `train`, with {t}: a saved target, {tok}: a
     ("draft --target {x}", "target not found: {x} (no such directory)"),
     ("draft --target {t} --corpus {x}", "--corpus not found"),
     ("draft --target {t} --init {x}", "--init not found"),
-    ("draft --target {t} --prompts {x}", "cannot read the prompt file {x} (or one of the mixes: requests"),
+    ("draft --target {t} --prompts {x}", "--prompts {x}: no such file (nor one of the mixes: requests"),
     ("draft --target {t} --prompts {bad}", "bad.jsonl:2: each line must be a JSON object with a 'prompt' string"),
     ("proposals --target {x} --draft {t}", "target not found"),
     ("proposals --target {t} --draft {x}", "--draft not found"),

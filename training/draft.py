@@ -734,37 +734,15 @@ def extra_prompt_rows(prompts_file: Path | str | None, seed: int, log=print) -> 
 
 
 PROMPT_MIXES = ("requests", "coder", "requests-wide", "code-wide")  # the names --prompts takes besides a file
-PROMPT_ROW = "each line must be a JSON object with a 'prompt' string or a 'messages' list of {role, content}"
 
 
 def read_prompt_rows(path: Path) -> list[dict]:
-    """The rows of a --prompts file, each checked: InvalidRequestError naming the first bad line."""
-    from engine.errors import InvalidRequestError
+    """The rows of a --prompts file, each checked as `bench` checks a prompt file
+    (InvalidRequestError naming the first bad line)."""
+    from engine.bench import read_prompts
 
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        hint = f" (or one of the mixes: {', '.join(PROMPT_MIXES)})" if not path.exists() else ""
-        raise InvalidRequestError(f"cannot read the prompt file {path}{hint}: {exc}") from exc
-    rows = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise InvalidRequestError(f"{path}:{number}: {PROMPT_ROW} ({exc})") from exc
-        if not (isinstance(row, dict) and (isinstance(row.get("prompt"), str) or _is_conversation(row.get("messages")))):
-            raise InvalidRequestError(f"{path}:{number}: {PROMPT_ROW}")
-        rows.append(row)
-    if not rows:
-        raise InvalidRequestError(f"{path} holds no prompt: {PROMPT_ROW}")
-    return rows
-
-
-def _is_conversation(messages) -> bool:
-    return isinstance(messages, list) and bool(messages) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages)
+    read_prompts(path)
+    return [json.loads(line) for line in path.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
 
 
 def _regenerate(work: Path, train_pool: SequencePool, eval_pool: SequencePool, target, tokenizer, corpus,

@@ -69,8 +69,6 @@ def check_weight_files(directory: Path) -> None:
 
 def guard_logits(model) -> None:
     """Raise ``NonFiniteLogitsError`` from the output layer when its logits hold NaN or inf."""
-    import torch
-
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is None:
         return

@@ -120,7 +120,7 @@ def run_target(args) -> int:
                  cfg=cfg, budget=budget, seed=args.seed, threads=args.threads,
                  progress=not args.no_progress, init=args.init, unlikelihood=args.unlikelihood,
                  train_from_layer=args.train_from_layer, data_mix=args.data, own_replies=args.own_replies,
-                 grow_to=args.layers if args.init else None)
+                 grow_to=args.layers if args.init else None, device=args.device)
     return 0
 
 
@@ -378,6 +378,9 @@ def _register_target(sub) -> None:
                         "the added layers are copies spread evenly through the stack whose output projections "
                         "start at zero, so the grown model starts out computing exactly what the init did")
     p.add_argument("--hidden", type=POSITIVE_INT, default=256)
+    p.add_argument("--device", default=None,
+                   help="cpu, cuda, cuda:1 … (default: cuda if available); the weights stay fp32, "
+                        "CUDA runs the forward passes in bf16 autocast")
     p.add_argument("--intermediate", type=POSITIVE_INT, default=768)
     p.add_argument("--heads", type=POSITIVE_INT, default=4)
     p.add_argument("--kv-heads", type=POSITIVE_INT, default=2)

@@ -122,7 +122,7 @@ def test_train_target_smoke_resume_and_load(tmp_path, corpus, tokenizer_dir):
     args = ["train", "target", "--out", str(out), "--tokenizer", str(tokenizer_dir), "--corpus", str(corpus),
             "--layers", "2", "--hidden", "32", "--intermediate", "64", "--heads", "2", "--kv-heads", "1",
             "--head-dim", "16", "--seq-len", "32", "--batch-size", "4", "--eval-windows", "2",
-            "--samples", "2", "--sample-tokens", "8", "--no-progress", "--threads", "2"]
+            "--samples", "2", "--sample-tokens", "8", "--no-progress", "--threads", "2", "--device", "cpu"]
     assert cli(args + ["--max-steps", "2"]) == 0
     assert cli(args + ["--max-steps", "4"]) == 0  # resumes from the step-2 checkpoint
     log = [json.loads(line) for line in (out / "_train" / "log.jsonl").read_text().splitlines()]
@@ -137,7 +137,7 @@ def test_train_target_smoke_resume_and_load(tmp_path, corpus, tokenizer_dir):
     assert tok.convert_tokens_to_ids("<|end|>") in model.generation_config.eos_token_id
     assert (out / "model.safetensors").exists()
     meta = json.loads((out / "training_meta.json").read_text())
-    assert meta["steps"] == 4 and meta["final"]
+    assert meta["steps"] == 4 and meta["final"] and meta["device"] == "cpu"
 
 
 def test_looping_positions_marks_back_to_back_repeats_in_the_continuation():
@@ -712,6 +712,9 @@ TRAIN_REFUSALS = [  # (command after `train`, with {t}: a saved target, {tok}: a
     ("proposals --target {x} --draft {t}", "target not found"),
     ("proposals --target {t} --draft {x}", "--draft not found"),
     ("proposals --target {t} --draft {t} --pool {x}", "--pool: no such file: {x}"),
+    ("target --tokenizer {tok} --device gpu", "--device 'gpu' is not a device torch knows"),
+    ("target --tokenizer {tok} --device cuda:99", "--device cuda:99: "),
+    ("draft --target {t} --device gpu", "--device 'gpu' is not a device torch knows"),
 ]
 
 

@@ -1,9 +1,10 @@
 """Small helpers shared by the training commands: seeding, time-budgeted cosine schedule, one
-optimizer update, a training clock, atomic checkpoints, a JSON-lines log, a progress bar and a
-thread governor."""
+optimizer update, a training clock, atomic checkpoints, a JSON-lines log, a progress bar, a
+thread governor, and bf16 autocast where a run trains on CUDA."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -29,6 +30,18 @@ def set_seed(seed: int) -> torch.Generator:
 def set_threads(n: int | None) -> None:
     if n:
         torch.set_num_threads(n)
+
+
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def mixed_precision(device: torch.device):
+    """bf16 autocast for the forward passes on CUDA (fp32 weights and optimizer state); nothing
+    on other devices, where fp32 is both exact and the faster choice on the CPUs measured."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def cosine_lr(progress: float, base_lr: float, warmup: float, min_ratio: float = 0.1,

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import IncompatibleDraftError
+from engine.loading import pick_device
 
 from .common import (Budget, JsonlLog, Progress, ThreadGovernor, TrainClock, cosine_lr, load_checkpoint,
                      optimizer_update, save_checkpoint, set_lr, set_seed, set_threads, write_json)
@@ -631,7 +632,7 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
     work = Path(work) if work else out / "_train"
     set_threads(threads)
     gen = set_seed(seed)
-    device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = pick_device(cfg.device)
     dtype = getattr(torch, cfg.dtype) if cfg.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
     jlog = JsonlLog(work / "log.jsonl")
     t_start = time.time()

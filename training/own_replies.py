@@ -35,6 +35,7 @@ def reply_prompts(n: int, seed: int) -> list[dict]:
 @torch.no_grad()
 def generate_own_replies(model, tokenizer, rows: list[dict], log=print) -> list[dict]:
     """Each row with ``reply``: the model's greedy answer to ``user``, through the chat template."""
+    from .common import model_device
     from .draft import regenerate
     from .tokenizer import render_chat, stop_token_ids
 
@@ -47,7 +48,7 @@ def generate_own_replies(model, tokenizer, rows: list[dict], log=print) -> list[
         prompts = [tokenizer(render_chat([{"role": "user", "content": r["user"]}], add_generation_prompt=True),
                              add_special_tokens=False)["input_ids"] for r in chunk]
         for row, prompt, seq in zip(chunk, prompts, regenerate(model, tokenizer, prompts, OWN_REPLY_TOKENS, stops,
-                                                               "cpu")):
+                                                               model_device(model))):
             reply = [t for t in seq[len(prompt):] if t not in stops]
             out.append({**row, "reply": tokenizer.decode(reply).strip()})
         log(f"own replies: {len(out)}/{len(rows)}")

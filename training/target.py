@@ -15,9 +15,11 @@ import torch
 
 from engine.errors import InvalidRequestError
 from engine.features import decoder_layers
+from engine.loading import pick_device
 
 from .common import (Budget, JsonlLog, Progress, ThreadGovernor, TrainClock, cosine_lr, decay_start, load_checkpoint,
-                     optimizer_update, save_checkpoint, set_lr, set_seed, set_threads, write_json)
+                     mixed_precision, model_device, optimizer_update, save_checkpoint, set_lr, set_seed, set_threads,
+                     write_json)
 from .request_data import NAME_LINE
 
 
@@ -159,9 +161,11 @@ def eval_windows(stream: torch.Tensor, n: int, seq_len: int) -> torch.Tensor:
 def heldout_loss(model, windows: torch.Tensor, batch: int = 8) -> float:
     model.eval()
     total, count = 0.0, 0
+    device = model_device(model)
     for i in range(0, len(windows), batch):
-        x = windows[i : i + batch]
-        out = model(input_ids=x, labels=x)
+        x = windows[i : i + batch].to(device)
+        with mixed_precision(device):
+            out = model(input_ids=x, labels=x)
         total += out.loss.item() * len(x)
         count += len(x)
     model.train()
@@ -200,7 +204,7 @@ def greedy_samples(model, tokenizer, prompts: list[dict], max_new_tokens: int) -
     out = []
     stops = stop_token_ids(tokenizer)
     for p in prompts:
-        ids = tokenizer(p["prompt"], add_special_tokens=False, return_tensors="pt")["input_ids"]
+        ids = tokenizer(p["prompt"], add_special_tokens=False, return_tensors="pt")["input_ids"].to(model_device(model))
         gen = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False,
                              eos_token_id=stops, pad_token_id=tokenizer.pad_token_id)
         new = gen[0, ids.shape[1]:].tolist()
@@ -309,7 +313,7 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
                  seed: int = 0, threads: int | None = None, progress: bool = True,
                  init: Path | None = None, unlikelihood: Path | None = None,
                  train_from_layer: int = 0, data_mix: str = "corpus", own_replies: int = 0,
-                 grow_to: int | None = None, log=print) -> dict:
+                 grow_to: int | None = None, device: str | None = None, log=print) -> dict:
     """Train from scratch, or fine-tune ``init`` (a saved target: its shape wins over ``shape``).
     ``unlikelihood``: a `train draft` work directory (or its train_sequences.pt) whose looping
     continuations get the unlikelihood term on top of the usual next-token loss.
@@ -321,7 +325,9 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
     ``own_replies``: with ``init`` and ``data_mix`` "coder", ``init`` first answers this many
     training requests, and the follow-up chats also edit those replies (``own_replies.py``).
     ``grow_to``: with ``init``, this many decoder layers (``grow_target``: the added ones start as
-    the identity)."""
+    the identity).
+    ``device``: where to train (default: CUDA when there is one, else the CPU). The weights and
+    the optimizer stay fp32 everywhere; on CUDA the forward passes run in bf16 autocast."""
     from .tokenizer import load_tokenizer
 
     out = Path(out)
@@ -329,6 +335,7 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
     shape, cfg = shape or TargetShape(), cfg or TargetTrainConfig()
     budget = budget or Budget(max_minutes=50)
     set_threads(threads)
+    run_device = pick_device(device)
     gen = set_seed(seed)
     tokenizer = load_tokenizer(tokenizer_dir or init)
     jlog = JsonlLog(work / "log.jsonl")
@@ -339,11 +346,13 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
         grown_from = _saved_depth(init)
         grown_layer_sources(grown_from, grow_to)  # refuses a shrink before the data is built
     data = _target_data(work / "data.pt", tokenizer, corpus, seed, log, data_mix,
-                        own=(init, work / "own_replies.jsonl", own_replies) if own_replies else None)
+                        own=(init, work / "own_replies.jsonl", own_replies) if own_replies else None,
+                        device=run_device)
     jlog.write("data", **{k: len(v) for k, v in data.items()})
 
     torch.manual_seed(seed)
     model, shape = _target_model(init, shape, tokenizer, grow_to)
+    model.to(run_device)
     loop_seqs = _looping_continuations(unlikelihood, cfg.loop_min_span, log)
     if train_from_layer:
         freeze_below(model, train_from_layer)
@@ -354,13 +363,13 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
                "data": data_mix, "grown_from_layers": grown_from if grown_from != shape.layers else None}
     run = _TargetRun(model, _adamw(model, cfg), gen, tokenizer, data, cfg, out, work / "checkpoint.pt", jlog, log,
                      meta={"kind": "target", "params": n_params, **sources, "shape": asdict(shape),
-                           "train": asdict(cfg), "seed": seed},
+                           "train": asdict(cfg), "seed": seed, "device": run_device.type},
                      prompts=sample_prompts(tokenizer, corpus, cfg.samples, seed))
     if not run.resume():
         jlog.write("start", params=n_params, shape=asdict(shape), train=asdict(cfg), seed=seed,
                    budget=asdict(budget), **sources)
     log(f"target: Qwen3ForCausalLM {n_params / 1e6:.2f}M params, {shape.layers} layers x "
-        f"hidden {shape.hidden}, vocab {model.config.vocab_size}")
+        f"hidden {shape.hidden}, vocab {model.config.vocab_size}, on {run_device}")
     run.train(budget, loop_seqs, progress, threads)
     res = run.checkpoint(final=True)
     jlog.write("done", **res)
@@ -369,9 +378,10 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
 
 
 def _target_data(path: Path, tokenizer, corpus: Path | None, seed: int, log, data_mix: str = "corpus",
-                 own: tuple[Path, Path, int] | None = None) -> dict:
+                 own: tuple[Path, Path, int] | None = None, device: torch.device = torch.device("cpu")) -> dict:
     """The token streams (built once, then read back on a resume). ``own``: (the model that
-    answers, where its replies are kept, how many) for follow-ups over the model's own replies."""
+    answers, where its replies are kept, how many) for follow-ups over the model's own replies,
+    generated on ``device``."""
     if path.exists():
         return torch.load(path, weights_only=True)
     t0 = time.time()
@@ -381,7 +391,7 @@ def _target_data(path: Path, tokenizer, corpus: Path | None, seed: int, log, dat
 
         from .own_replies import own_replies
         answerer, replies_path, n = own
-        model = Qwen3ForCausalLM.from_pretrained(str(answerer), dtype=torch.float32)
+        model = Qwen3ForCausalLM.from_pretrained(str(answerer), dtype=torch.float32).to(device)
         build = functools.partial(build, own_replies=own_replies(replies_path, model, tokenizer, n, seed, log))
         del model
     data = build(tokenizer, corpus, seed)
@@ -535,6 +545,12 @@ class _TargetRun:
         return res
 
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, per-token loss weights) on the model's device: ``sampled_batch``."""
+        x, weights = self.sampled_batch()
+        device = model_device(self.model)
+        return x.to(device), weights.to(device)
+
+    def sampled_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs, per-token loss weights): raw source windows mixed with chat windows
         (``chat_fraction`` of the batch). With a reply mask (``--data requests``) chat windows
         start at a request and only reply tokens weigh (the name line ``name_weight``)."""
@@ -552,12 +568,16 @@ class _TargetRun:
 
     def losses(self, x: torch.Tensor, weights: torch.Tensor, loop_seqs: list):
         """The next-token loss, the unlikelihood loss (None without looping continuations), their sum."""
-        mle = weighted_next_token_loss(self.model(input_ids=x).logits, x, weights)
+        device = model_device(self.model)
+        with mixed_precision(device):
+            mle = weighted_next_token_loss(self.model(input_ids=x).logits, x, weights)
         if not loop_seqs:
             return mle, None, mle
         picks = torch.randint(0, len(loop_seqs), (self.cfg.unlikelihood_batch,), generator=self.gen).tolist()
-        seqs, attention, penalize = sequence_batch([loop_seqs[i] for i in picks], self.tokenizer.pad_token_id)
-        ul = unlikelihood_loss(self.model(input_ids=seqs, attention_mask=attention).logits, seqs, penalize)
+        seqs, attention, penalize = (t.to(device) for t in
+                                     sequence_batch([loop_seqs[i] for i in picks], self.tokenizer.pad_token_id))
+        with mixed_precision(device):
+            ul = unlikelihood_loss(self.model(input_ids=seqs, attention_mask=attention).logits, seqs, penalize)
         return mle, ul, mle + self.cfg.unlikelihood_weight * ul
 
     def train(self, budget: Budget, loop_seqs: list, progress: bool, threads: int | None) -> None:

@@ -140,6 +140,20 @@ def test_train_target_smoke_resume_and_load(tmp_path, corpus, tokenizer_dir):
     assert meta["steps"] == 4 and meta["final"] and meta["device"] == "cpu"
 
 
+@pytest.mark.parametrize("mix", [["--chat-fraction", "1"], ["--batch-size", "2", "--chat-fraction", "0.8"]],
+                         ids=["all chat", "a small batch rounded to all chat"])
+def test_a_batch_of_chat_windows_only_trains(tmp_path, corpus, tokenizer_dir, mix):
+    out = tmp_path / "target"
+    args = ["train", "target", "--out", str(out), "--tokenizer", str(tokenizer_dir), "--corpus", str(corpus),
+            "--layers", "1", "--hidden", "32", "--intermediate", "64", "--heads", "2", "--kv-heads", "1",
+            "--head-dim", "16", "--seq-len", "32", "--batch-size", "4", "--eval-windows", "1", "--samples", "0",
+            "--no-progress", "--threads", "1", "--max-steps", "2", *mix]
+    assert cli(args) == 0
+    log = [json.loads(line) for line in (out / "_train" / "log.jsonl").read_text().splitlines()]
+    trained = [e for e in log if e["event"] == "train"]
+    assert trained and all(math.isfinite(e["loss"]) for e in trained)
+
+
 def test_looping_positions_marks_back_to_back_repeats_in_the_continuation():
     from training.target import looping_positions
 

@@ -125,6 +125,8 @@ def data_builder(data_mix: str):
 
 
 def sample_windows(stream: torch.Tensor, n: int, seq_len: int, gen: torch.Generator):
+    if n == 0:  # a batch of chat windows only (--chat-fraction 1, or a small batch rounded up to all chat)
+        return torch.zeros((0, seq_len), dtype=torch.long)
     if len(stream) <= seq_len:
         reps = seq_len // max(1, len(stream)) + 2
         stream = stream.repeat(reps)

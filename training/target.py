@@ -416,6 +416,13 @@ def grown_layer_sources(layers: int, grow_to: int) -> list[tuple[int, bool]]:
     return sources
 
 
+def grown_layer_ids(layer_ids: list[int], layers: int, grow_to: int) -> list[int]:
+    """Where layers ``layer_ids`` of a ``layers``-deep stack sit once it is grown to ``grow_to``:
+    a DFlash draft that read them reads the same features there (each copy starts as the identity)."""
+    where = {source: index for index, (source, copy) in enumerate(grown_layer_sources(layers, grow_to)) if not copy}
+    return [where[i] for i in layer_ids]
+
+
 def grow_target(model, grow_to: int):
     """``model`` with ``grow_to`` decoder layers, computing exactly what it computed: each added
     layer copies the one below it with its output projections (attention's ``o_proj``, the MLP's

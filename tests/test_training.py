@@ -729,6 +729,11 @@ TRAIN_REFUSALS = [  # (command after `train`, with {t}: a saved target, {tok}: a
     ("target --tokenizer {tok} --device gpu", "--device 'gpu' is not a device torch knows"),
     ("target --tokenizer {tok} --device cuda:99", "--device cuda:99: "),
     ("draft --target {t} --device gpu", "--device 'gpu' is not a device torch knows"),
+    ("target --tokenizer {tok} --heads 4 --kv-heads 3", "--heads 4 is not a multiple of --kv-heads 3"),
+    ("target --tokenizer {tok} --heads 2 --kv-heads 4", "--heads 2 is not a multiple of --kv-heads 4"),
+    ("target --tokenizer {tok} --head-dim 7", "--head-dim 7 must be even"),
+    ("target --tokenizer {tok} --seq-len 2048 --max-positions 1024", "--seq-len 2048 is above the model's 1024 positions"),
+    ("target --init {t} --seq-len 4096", "--seq-len 4096 is above the model's"),
 ]
 
 

@@ -34,6 +34,16 @@ class TargetShape:
     max_positions: int = 1024
     rope_theta: float = 10000.0
 
+    def check(self) -> "TargetShape":
+        """Refuse a shape the model cannot be built or trained with, in one line, before any work."""
+        if self.heads % self.kv_heads:
+            raise InvalidRequestError(f"train target: --heads {self.heads} is not a multiple of --kv-heads "
+                                      f"{self.kv_heads} (each key/value head serves a whole group of query heads)")
+        if self.head_dim % 2:
+            raise InvalidRequestError(f"train target: --head-dim {self.head_dim} must be even (rotary position "
+                                      "embeddings turn pairs of dimensions)")
+        return self
+
 
 @dataclass
 class TargetTrainConfig:
@@ -336,6 +346,12 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
     work = Path(work) if work else out / "_train"
     shape, cfg = shape or TargetShape(), cfg or TargetTrainConfig()
     budget = budget or Budget(max_minutes=50)
+    if init is None:
+        shape.check()
+    positions = _saved_config(init)["max_position_embeddings"] if init else shape.max_positions
+    if cfg.seq_len > positions:
+        raise InvalidRequestError(f"train target: --seq-len {cfg.seq_len} is above the model's {positions} positions "
+                                  "(--max-positions for a new target)")
     set_threads(threads)
     run_device = pick_device(device)
     gen = set_seed(seed)
@@ -466,10 +482,14 @@ def _target_model(init: Path | None, shape: TargetShape, tokenizer, grow_to: int
                               max_positions=c.max_position_embeddings, rope_theta=shape.rope_theta)
 
 
-def _saved_depth(model_dir: Path) -> int:
+def _saved_config(model_dir: Path) -> dict:
     import json
 
-    return json.loads((Path(model_dir) / "config.json").read_text())["num_hidden_layers"]
+    return json.loads((Path(model_dir) / "config.json").read_text())
+
+
+def _saved_depth(model_dir: Path) -> int:
+    return _saved_config(model_dir)["num_hidden_layers"]
 
 
 def _looping_continuations(unlikelihood: Path | None, min_span: int, log) -> list:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .options import COUNT, FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, number
+from .options import COUNT, FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, layer_list, number
 
 
 def _budget(args):
@@ -426,7 +426,9 @@ def _register_draft(sub) -> None:
                         "whose embedding and head it shares")
     p.add_argument("--block-size", type=number(int, 2, 16, "between 2 and 16"), default=8)
     p.add_argument("--gamma", type=POSITIVE, default=None, help="loss decay (default: 4 for B=8, 7 for 16)")
-    p.add_argument("--target-layer-ids", type=lambda s: [int(x) for x in s.split(",")], default=None)
+    p.add_argument("--target-layer-ids", type=layer_list, default=None,
+                   help="the target layers whose features feed the draft (e.g. 1,4,6,9; default: --num-features "
+                        "layers spread from layer 1 to depth - 3)")
     p.add_argument("--num-features", type=POSITIVE_INT, default=4,
                    help="how many target layers feed the draft when --target-layer-ids is not set")
     p.add_argument("--lr", type=NON_NEGATIVE, default=6e-4)

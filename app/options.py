@@ -21,6 +21,17 @@ def number(kind, low: float, high: float | None = None, what: str = ""):
     return parse
 
 
+def layer_list(text: str) -> list[int]:
+    """An argparse type: comma-separated layer numbers (``1,4,6,9``), refused in one line otherwise."""
+    try:
+        layers = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of layer numbers (e.g. 1,4,6,9)") from None
+    if any(layer < 0 for layer in layers):
+        raise argparse.ArgumentTypeError(f"layer numbers start at 0 (got {text})")
+    return layers
+
+
 POSITIVE_INT = number(int, 1)
 COUNT = number(int, 0)  # zero allowed: "none"
 FRACTION = number(float, 0.0, 1.0, "between 0 and 1")

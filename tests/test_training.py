@@ -734,6 +734,7 @@ TRAIN_REFUSALS = [  # (command after `train`, with {t}: a saved target, {tok}: a
     ("target --tokenizer {tok} --head-dim 7", "--head-dim 7 must be even"),
     ("target --tokenizer {tok} --seq-len 2048 --max-positions 1024", "--seq-len 2048 is above the model's 1024 positions"),
     ("target --init {t} --seq-len 4096", "--seq-len 4096 is above the model's"),
+    ("draft --target {t} --target-layer-ids 0,99", "target layers [0, 99] are out of range: the target has"),
 ]
 
 
@@ -764,6 +765,8 @@ def test_a_wrong_path_is_refused_in_one_line_before_any_work(tmp_path, tokenizer
     ("draft --target T --gen-fraction 1", "argument --gen-fraction: must be between 0.01 and 0.99"),
     ("proposals --target T --draft D --size 0", "argument --size: must be at least 1 (got 0)"),
     ("eval --max-new-tokens 0", "argument --max-new-tokens: must be at least 1 (got 0)"),
+    ("draft --target T --target-layer-ids 1,x", "argument --target-layer-ids: '1,x' is not a comma-separated list"),
+    ("draft --target T --target-layer-ids -1", "argument --target-layer-ids: layer numbers start at 0 (got -1)"),
 ])
 def test_a_number_out_of_range_is_refused_by_the_option_that_takes_it(tmp_path, capsys, command, says):
     with pytest.raises(SystemExit) as exit_:

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from engine.errors import IncompatibleDraftError
+from engine.errors import IncompatibleDraftError, InvalidRequestError
 from engine.loading import pick_device
 
 from .common import (Budget, JsonlLog, Progress, ThreadGovernor, TrainClock, cosine_lr, load_checkpoint,
@@ -634,6 +634,12 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
     gen = set_seed(seed)
     device = pick_device(cfg.device)
     dtype = getattr(torch, cfg.dtype) if cfg.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    if cfg.target_layer_ids:  # checked on the config, before the weights load
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(target_dir)
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        check_layer_ids(cfg.target_layer_ids, text.num_hidden_layers)
     jlog = JsonlLog(work / "log.jsonl")
     t_start = time.time()
     target, tokenizer = load_target_and_tokenizer(target_dir, device, dtype)
@@ -692,6 +698,12 @@ def train_draft(out: Path, target_dir: str, work: Path | None = None, corpus: Pa
     return res
 
 
+def check_layer_ids(layer_ids: list[int], n_target: int) -> None:
+    if any(not (0 <= i < n_target) for i in layer_ids):
+        raise InvalidRequestError(f"train draft: target layers {layer_ids} are out of range: the target has "
+                                  f"{n_target} layers, 0 to {n_target - 1}")
+
+
 def _draft_layout(cfg: DraftTrainConfig, init, tcfg, tokenizer, target) -> tuple[DraftTrainConfig, list[int], int]:
     """The config (an ``init`` draft's layer ids, mask id and width win), the target layers the
     draft reads and its mask token id."""
@@ -703,8 +715,7 @@ def _draft_layout(cfg: DraftTrainConfig, init, tcfg, tokenizer, target) -> tuple
         cfg = replace(cfg, target_layer_ids=cfg.target_layer_ids or init.target_layer_ids,
                       mask_token_id=init.mask_token_id, intermediate_size=init.config.intermediate_size)
     layer_ids = cfg.target_layer_ids or sorted(set(default_target_layer_ids(n_target, max(1, min(cfg.num_target_features, n_target)))))
-    if any(not (0 <= i < n_target) for i in layer_ids):
-        raise ValueError(f"target_layer_ids {layer_ids} out of range for a {n_target}-layer target")
+    check_layer_ids(layer_ids, n_target)
     mask_id = cfg.mask_token_id if cfg.mask_token_id is not None else find_mask_token_id(tokenizer, target)
     return cfg, layer_ids, mask_id
 

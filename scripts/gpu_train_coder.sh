@@ -58,7 +58,7 @@ else
   DRAFT_PROMPTS=(--prompts coder)
   PROPOSAL_SIZE=2048
   EVAL=()
-  BENCH=(--max-new-tokens 96)
+  BENCH=(--max-new-tokens 96 --no-compile)  # eager paths: a cold compile on a fresh machine takes minutes
 fi
 
 mkdir -p "$OUT"

@@ -34,7 +34,8 @@ def register(subparsers) -> None:
     add_fallback_options(parser)
     parser.add_argument("--costs", action="store_true",
                         help="only measure the cost of one verify over B tokens and one draft pass (B = 1, 2, 4, 8, 16)")
-    parser.add_argument("--context", type=POSITIVE_INT, default=128, help="context length for --costs (default 128)")
+    parser.add_argument("--context", type=POSITIVE_INT, default=128, help="context length for --costs (default 128; with the largest verify, "
+                             "at most the model's context window)")
     parser.add_argument("--random-weights", action="store_true",
                         help="with --costs and --target NAME (a published pair from the model menu): build the pair's "
                              "full shape from its two config.json files with random weights, download no weights, "

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .decode import clock
+from .errors import InvalidRequestError
 from .target_cache import TargetCache
 from .fallback import interpolate
 from .features import FeatureCapture
@@ -54,6 +55,9 @@ def measure(models, context: int = 128, sizes=(1, 2, 4, 8, 16), repeats: int = 2
     ratios (cycle cost in plain steps) stay put; medians per size after two warm-up rounds."""
     target, draft, device = models.target, models.draft, models.device
     sizes = sorted(set(sizes) | {1})
+    if context + sizes[-1] > models.context_window:
+        raise InvalidRequestError(f"a context of {context} tokens and a verify of {sizes[-1]} are past this model's "
+                                  f"context window of {models.context_window} tokens: measure at a shorter context")
     vocab = getattr(models.tokenizer, "vocab_size", 1000)
     generator = torch.Generator().manual_seed(0)
     high = min(vocab, target.get_input_embeddings().weight.shape[0])

@@ -157,7 +157,8 @@ class LocalEngine:
         # the compile thread gives way meanwhile: beside a compile, the GIL would time the compile
         beside = self.compiled.give_way.while_running() if self.compiled is not None else contextlib.nullcontext()
         with self._costs_lock, beside:
-            self._costs = measure(self.models, context=128, sizes=sorted(sizes), repeats=9)
+            context = max(1, min(128, self.models.context_window - max(sizes)))  # a short window: shorter
+            self._costs = measure(self.models, context=context, sizes=sorted(sizes), repeats=9)
             return self._costs
 
     def plain_steps(self, max_block: int) -> dict[int, float] | None:

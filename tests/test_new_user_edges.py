@@ -50,6 +50,30 @@ def test_an_over_long_prompt_gets_advice_that_fits_the_cli(pair, capsys):
     assert len(err.splitlines()) == 1
 
 
+def test_measuring_costs_past_the_context_window_is_refused_in_one_line(pair, capsys):
+    target, draft = pair[0], pair[1]
+    argv = ["bench", "--costs", "--no-compile", "--target", str(target), "--draft", str(draft)]
+    assert main([*argv, "--context", "100000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("dflash-studio: error: a context of 100000 tokens and a verify of 16 are past this model's "
+                   "context window of 512 tokens: measure at a shorter context")
+    assert main([*argv, "--context", "496", "--json"]) == 0  # 496 + 16 fills the window exactly
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["context"] == 496
+
+
+def test_the_app_measures_a_short_window_models_costs_within_its_window(tmp_path):
+    from engine.config import EngineConfig
+    from engine.runtime import Engine
+
+    target, draft = save_tiny_pair(tmp_path)[:2]
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 100}))
+    engine = Engine.load(EngineConfig(target=str(target), draft=str(draft), device="cpu", compile=False))
+    assert engine.models.context_window == 100
+    costs = engine.measure_costs()  # 128 tokens of context would not fit: it measures at 100 - 16
+    assert costs.context == 84 and costs.verify_ms[1] > 0
+
+
 def test_a_reply_cut_by_the_context_window_says_so_in_the_cli(pair, capsys):
     target, draft = pair[0], pair[1]
     prompt = "x = 1\n" * 75  # 450 tokens: leaves 61 positions of the 512

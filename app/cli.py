@@ -62,12 +62,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 1
     from engine.errors import DFlashError
+    from storage.errors import StoreError
 
     try:
         status = int(args.func(args) or 0)
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         return status
-    except DFlashError as exc:
+    except (DFlashError, StoreError) as exc:
         print(f"dflash-studio: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -164,9 +164,7 @@ class SessionStore:
         self._lock = threading.RLock()
         self._closed = False
         self.wipe_pending = False  # deleted text still in the write-ahead log (a reader held it)
-        if self.path != MEMORY:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(str(self.path), check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+        connection = self._connect()
         self._db = sqlite_utils.Database(connection, execute_plugins=False)
         try:
             self._configure(synchronous.upper())
@@ -178,6 +176,18 @@ class SessionStore:
         except BaseException:
             connection.close()
             raise
+
+    def _connect(self) -> sqlite3.Connection:
+        """The database file's connection; a path that cannot hold one is a ``StoreError``."""
+        try:
+            if self.path != MEMORY:
+                if self.path.is_dir():
+                    raise StoreError(f"cannot open the session database {self.path}: it is a directory "
+                                     f"(give a file in it, such as {self.path / 'sessions.db'})")
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            return sqlite3.connect(str(self.path), check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the session database {self.path}: {exc}") from exc
 
     def _configure(self, synchronous: str) -> None:
         self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")

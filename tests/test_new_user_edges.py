@@ -118,6 +118,24 @@ def file_bytes(path) -> bytes:
     return data + (wal.read_bytes() if wal.exists() else b"")
 
 
+@pytest.mark.parametrize("command", [["serve", "--no-browser", "--port", "1"], ["sessions", "list"]])
+def test_a_database_path_that_is_a_directory_is_refused_in_one_line(tmp_path, capsys, command):
+    assert main([*command, "--db", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"dflash-studio: error: cannot open the session database {tmp_path}: it is a directory "
+                   f"(give a file in it, such as {tmp_path / 'sessions.db'})")
+    assert list(tmp_path.iterdir()) == []  # nothing written there
+
+
+def test_a_database_path_sqlite_cannot_open_is_a_store_error(tmp_path):
+    from storage.errors import StoreError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(StoreError, match=f"cannot open the session database {blocker / 'sessions.db'}"):
+        SessionStore(blocker / "sessions.db")  # its folder would have to be a file
+
+
 def test_delete_wipes_the_text_once_a_reader_lets_go(tmp_path):
     path = tmp_path / "s.db"
     store = SessionStore(path)

@@ -4,6 +4,7 @@ half file where a good one was, because a resume or an import would then read it
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -15,8 +16,13 @@ def write_atomically(path: Path | str, write: Callable[[Path], None]) -> None:
     """``write(temporary)`` fills a temporary file in the same directory, which then replaces
     ``path`` in one rename; on any error the temporary file goes and ``path`` is untouched."""
     path = Path(path)
+    if path.is_dir():  # checked first: the rename would fail only after a temporary file was made beside it
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:  # named after the file asked for, not the temporary one
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
     os.close(handle)
     temporary = Path(name)
     try:

@@ -1,6 +1,7 @@
 """engine.files: a file is written whole or not at all (exports, checkpoints, run summaries)."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -58,3 +59,19 @@ def test_a_new_file_gets_the_usual_permissions_and_a_replaced_one_keeps_its_own(
         assert stat.S_IMODE(kept.stat().st_mode) == 0o600
     finally:
         os.umask(before)
+
+
+def test_a_directory_in_place_of_the_file_is_refused_by_its_own_name(tmp_path):
+    target = tmp_path / "exports"
+    target.mkdir()
+    with pytest.raises(IsADirectoryError) as caught:
+        write_text_atomically(target, "text")
+    assert caught.value.filename == str(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exports"]  # no temporary file left beside it
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no file can be made")
+def test_a_folder_where_no_file_can_be_made_is_named_by_the_file_asked_for():
+    with pytest.raises(OSError) as caught:
+        write_text_atomically(Path("/proc/replay.html"), "text")
+    assert caught.value.filename == "/proc/replay.html"  # not the temporary file's name

@@ -31,6 +31,27 @@ def _directory(path: Path | None, what: str) -> Path | None:
     return path
 
 
+def _report_file(path: Path | None) -> Path | None:
+    """``train eval --out``: a file to write the report to, checked before the evaluation runs."""
+    from engine.errors import InvalidRequestError
+
+    if path is not None and path.is_dir():
+        raise InvalidRequestError(f"--out {path} is a directory; give a file, such as {path / 'report.json'}")
+    return path
+
+
+def _write_report(path: Path, report) -> None:
+    import json
+
+    from engine.errors import InvalidRequestError
+    from engine.files import write_text_atomically
+
+    try:
+        write_text_atomically(path, json.dumps(report, indent=2) + "\n")
+    except OSError as exc:
+        raise InvalidRequestError(f"--out {path}: the report could not be written ({exc.strerror or exc})") from None
+
+
 def _corpus(path: Path | None) -> Path | None:
     """--corpus: a directory with Python files in it (None: the standard library)."""
     from engine.errors import InvalidRequestError
@@ -155,13 +176,13 @@ def run_eval(args) -> int:
     from engine.loading import assets_dir, embedded_pair
     from training.evaluate import evaluate_target
 
+    _report_file(args.out)
     target = args.target or embedded_pair()[0]
     prompts = args.prompts or assets_dir() / "prompts" / "heldout_requests.jsonl"
     report = evaluate_target(target, prompts, args.max_new_tokens, args.threads,
                              log=(lambda _line: None) if args.json else print)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        _write_report(args.out, report)
     summary = {k: v for k, v in report.items() if k != "replies"}
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -217,6 +238,7 @@ def run_pass1(args) -> int:
     from engine.runtime import Engine
     from training.pass1 import SandboxLimits, pair_replies, read_tasks, score_pair
 
+    _report_file(args.out)
     sets = [(name, path, read_tasks(path)) for name, path in pass1_sets(args)]  # a bad file fails before loading
     quiet = (lambda _line: None) if args.json else print
     reports = []
@@ -238,8 +260,7 @@ def run_pass1(args) -> int:
         if not args.json:
             print(format_pass1_pair(pair_reports))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(reports, indent=2) + "\n")
+        _write_report(args.out, reports)
     if args.json:
         print(json.dumps([{k: v for k, v in r.items() if k != "replies"} for r in reports]))
     return 0

@@ -776,6 +776,13 @@ def test_a_number_out_of_range_is_refused_by_the_option_that_takes_it(tmp_path, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("mode", [[], ["--pass1"]], ids=["held-out replies", "pass@1"])
+def test_an_eval_report_path_that_is_a_directory_is_refused_before_the_evaluation(tmp_path, capsys, mode):
+    assert cli(["train", "eval", *mode, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"dflash-studio: error: --out {tmp_path} is a directory; give a file, such as {tmp_path / 'report.json'}"
+
+
 def test_a_vocabulary_with_no_room_for_merges_is_refused(tmp_path, corpus, capsys):
     assert cli(["train", "tokenizer", "--out", str(tmp_path / "tok"), "--corpus", str(corpus), "--vocab-size", "5"]) == 2
     assert "--vocab-size 5 leaves no room for merges" in capsys.readouterr().err

@@ -31,6 +31,16 @@ def _directory(path: Path | None, what: str) -> Path | None:
     return path
 
 
+def _output_dirs(args) -> None:
+    """--out / --work: folders a run writes into (made when missing), refused when a file is there."""
+    from engine.errors import InvalidRequestError
+
+    for option in ("out", "work"):
+        path = getattr(args, option, None)
+        if path is not None and path.exists() and not path.is_dir():
+            raise InvalidRequestError(f"--{option} {path} is a file; give a directory (it is made when missing)")
+
+
 def _report_file(path: Path | None) -> Path | None:
     """``train eval --out``: a file to write the report to, checked before the evaluation runs."""
     from engine.errors import InvalidRequestError
@@ -111,6 +121,7 @@ def _common(p: argparse.ArgumentParser, default_minutes: float) -> None:
 def run_tokenizer(args) -> int:
     from training.tokenizer import train_tokenizer
 
+    _output_dirs(args)
     train_tokenizer(args.out, corpus=_corpus(args.corpus), vocab_size=args.vocab_size, seed=args.seed)
     return 0
 
@@ -120,6 +131,7 @@ def run_target(args) -> int:
     from training.common import decay_start
     from training.target import TargetShape, TargetTrainConfig, train_target
 
+    _output_dirs(args)
     shape = TargetShape(layers=args.layers or 12, hidden=args.hidden, intermediate=args.intermediate,
                         heads=args.heads, kv_heads=args.kv_heads, head_dim=args.head_dim,
                         max_positions=args.max_positions)
@@ -148,6 +160,7 @@ def run_target(args) -> int:
 def run_draft(args) -> int:
     from training.draft import DraftTrainConfig, train_draft
 
+    _output_dirs(args)
     cfg = DraftTrainConfig(
         layers=args.layers, block_size=args.block_size, gamma=args.gamma,
         target_layer_ids=args.target_layer_ids, num_target_features=args.num_features,
@@ -320,6 +333,7 @@ def run_proposals(args) -> int:
     from engine.errors import InvalidRequestError
     from training.proposal_vocab import build_proposal_ids
 
+    _output_dirs(args)
     missing = [str(pool) for pool in args.pool or () if not pool.is_file()]
     if missing:
         raise InvalidRequestError(f"--pool: no such file: {', '.join(missing)}")

@@ -776,6 +776,24 @@ def test_a_number_out_of_range_is_refused_by_the_option_that_takes_it(tmp_path, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("command, option", [
+    ("tokenizer --out {f}", "out"),
+    ("target --tokenizer {tok} --out {f}", "out"),
+    ("target --tokenizer {tok} --out {o} --work {f}", "work"),
+    ("draft --target {t} --out {f}", "out"),
+    ("proposals --target {t} --draft {t} --work {f}", "work"),
+])
+def test_an_output_folder_that_is_a_file_is_refused_before_any_work(tmp_path, tokenizer_dir, capsys, command, option):
+    paths = {"t": tiny_target(tmp_path, tokenizer_dir), "tok": tokenizer_dir, "f": tmp_path / "a-file",
+             "o": tmp_path / "out"}
+    paths["f"].write_text("kept")
+    capsys.readouterr()
+    assert cli(["train", *[word.format(**paths) for word in command.split()]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"dflash-studio: error: --{option} {paths['f']} is a file; give a directory (it is made when missing)"
+    assert paths["f"].read_text() == "kept" and not paths["o"].exists()
+
+
 @pytest.mark.parametrize("mode", [[], ["--pass1"]], ids=["held-out replies", "pass@1"])
 def test_an_eval_report_path_that_is_a_directory_is_refused_before_the_evaluation(tmp_path, capsys, mode):
     assert cli(["train", "eval", *mode, "--out", str(tmp_path)]) == 2

@@ -65,6 +65,9 @@ def run(args) -> int:
         raise InvalidRequestError("--save-runs writes what --replay records: add --replay, or leave --save-runs out")
     if args.save_runs and not Path(args.save_runs).resolve().parent.is_dir():
         raise InvalidRequestError(f"--save-runs {args.save_runs}: no such folder to write it in")
+    if args.save_runs and Path(args.save_runs).is_dir():
+        raise InvalidRequestError(f"--save-runs {args.save_runs} is a directory; give a file, such as "
+                                  f"{Path(args.save_runs) / 'runs.json'}")
     if args.costs:
         return run_costs(args)
     if args.replay:

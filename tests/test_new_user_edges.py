@@ -433,6 +433,9 @@ def test_a_count_out_of_range_is_refused_by_its_option(argv, says, capsys):
 def test_bench_save_runs_needs_replay_and_a_folder_to_write_in(tmp_path, capsys):
     assert main(["bench", "--save-runs", str(tmp_path / "runs.json")]) == 2
     assert main(["bench", "--replay", "--save-runs", str(tmp_path / "no" / "runs.json")]) == 2
-    first, second = capsys.readouterr().err.strip().splitlines()
+    assert main(["bench", "--replay", "--save-runs", str(tmp_path)]) == 2
+    first, second, third = capsys.readouterr().err.strip().splitlines()
     assert first == "dflash-studio: error: --save-runs writes what --replay records: add --replay, or leave --save-runs out"
     assert second == f"dflash-studio: error: --save-runs {tmp_path / 'no' / 'runs.json'}: no such folder to write it in"
+    assert third == (f"dflash-studio: error: --save-runs {tmp_path} is a directory; give a file, such as "
+                     f"{tmp_path / 'runs.json'}")

@@ -8,19 +8,13 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.gpu_scripts import PAIR, greedy_runs, run_tiny
 from tests.tiny_models import tiny_target
 from training.target import grow_target, grown_layer_ids
-
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "gpu_train_coder.sh"
-PAIR = ROOT / "assets" / "models" / "tiny-coder-requests"
 
 pytestmark = pytest.mark.skipif(not (PAIR / "draft").is_dir(), reason="the answering pair is not shipped here")
 
@@ -28,11 +22,7 @@ pytestmark = pytest.mark.skipif(not (PAIR / "draft").is_dir(), reason="the answe
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_coder")
-    env = dict(os.environ, OUT=str(out))
-    done = subprocess.run(["bash", str(SCRIPT), "--tiny"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return out, done.stdout
+    return out, run_tiny("gpu_train_coder.sh", out, timeout=900)
 
 
 def test_the_tiny_run_grows_the_target_distils_its_draft_and_scores_both_pairs(tiny_run):
@@ -68,16 +58,6 @@ def test_a_draft_reads_the_layers_the_grown_stack_moved_its_features_to():
 
 
 def test_the_new_pair_loads_and_its_greedy_output_is_plain_decoding(tiny_run):
-    from engine.config import EngineConfig, SamplingConfig
-    from engine.events import Finished
-    from engine.runtime import Engine
-
     out, _ = tiny_run
-    engine = Engine.load(EngineConfig(target=str(out / "target"), draft=str(out / "draft"), device="cpu"))
-    assert engine.speculative and engine.block_size == 8
-    sampling = SamplingConfig(max_new_tokens=40, temperature=0.0).validate()
-    for prompt in ("Write a function that checks if a number is prime.", "def merge(a, b):"):
-        ids = engine.encode(prompt, raw=prompt.startswith("def "))
-        runs = [[e for e in engine.generate(ids, sampling, None, slot_details=False, speculative=spec)
-                 if isinstance(e, Finished)][0] for spec in (True, False)]
-        assert runs[0].token_ids == runs[1].token_ids
+    for drafted, plain in greedy_runs(out / "target", out / "draft"):
+        assert drafted.token_ids == plain.token_ids

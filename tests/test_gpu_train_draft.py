@@ -6,15 +6,10 @@ draft loads and decodes greedily exactly as plain decoding does."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "gpu_train_draft.sh"
-PAIR = ROOT / "assets" / "models" / "tiny-coder-requests"
+from tests.gpu_scripts import PAIR, ROOT, greedy_runs, run_tiny
 
 pytestmark = pytest.mark.skipif(not (PAIR / "draft").is_dir(), reason="the answering pair is not shipped here")
 
@@ -22,11 +17,7 @@ pytestmark = pytest.mark.skipif(not (PAIR / "draft").is_dir(), reason="the answe
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_draft")
-    env = dict(os.environ, OUT=str(out))
-    done = subprocess.run(["bash", str(SCRIPT), "--tiny"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return out, done.stdout
+    return out, run_tiny("gpu_train_draft.sh", out, timeout=600)
 
 
 def test_the_tiny_run_regenerates_distils_a_larger_draft_and_compares_it(tiny_run):
@@ -45,20 +36,10 @@ def test_the_tiny_run_regenerates_distils_a_larger_draft_and_compares_it(tiny_ru
 
 
 def test_the_new_draft_loads_and_its_greedy_output_is_plain_decoding(tiny_run):
-    from engine.config import EngineConfig, SamplingConfig
-    from engine.events import Finished
-    from engine.runtime import Engine
-
     out, _ = tiny_run
-    engine = Engine.load(EngineConfig(target=str(PAIR / "target"), draft=str(out / "draft"), device="cpu"))
-    assert engine.speculative and engine.block_size == 8
-    sampling = SamplingConfig(max_new_tokens=40, temperature=0.0).validate()
-    for prompt in ("Write a function that checks if a number is prime.", "def merge(a, b):"):
-        ids = engine.encode(prompt, raw=prompt.startswith("def "))
-        runs = [[e for e in engine.generate(ids, sampling, None, slot_details=False, speculative=spec)
-                 if isinstance(e, Finished)][0] for spec in (True, False)]
-        assert runs[0].token_ids == runs[1].token_ids
-        assert len(runs[0].acceptance_lengths) < len(runs[1].acceptance_lengths)  # it did draft
+    for drafted, plain in greedy_runs(PAIR / "target", out / "draft"):
+        assert drafted.token_ids == plain.token_ids
+        assert len(drafted.acceptance_lengths) < len(plain.acceptance_lengths)  # it did draft
 
 
 # ---------------------------------------------------------------- what a 200,000-reply pool needs

@@ -253,6 +253,7 @@ def test_measured_cycle_costs_in_plain_steps(target):
     class Models:  # what measure() reads of a LoadedModels
         def __init__(self):
             self.target, self.draft, self.device, self.tokenizer = target, tiny_draft(target, block_size=4), target.device, None
+            self.context_window = target.config.max_position_embeddings
 
     measured = measure(Models(), context=16, sizes=(1, 4), repeats=1)
     assert set(measured.verify_ms) == {1, 4} and set(measured.draft_ms) == {4}

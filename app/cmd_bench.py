@@ -7,7 +7,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .options import POSITIVE_INT, add_fallback_options, add_model_options, add_proposal_option, engine_config
+from .options import (POSITIVE_INT, add_fallback_options, add_model_options, add_proposal_option, engine_config,
+                      output_file)
 
 
 def register(subparsers) -> None:
@@ -65,9 +66,7 @@ def run(args) -> int:
         raise InvalidRequestError("--save-runs writes what --replay records: add --replay, or leave --save-runs out")
     if args.save_runs and not Path(args.save_runs).resolve().parent.is_dir():
         raise InvalidRequestError(f"--save-runs {args.save_runs}: no such folder to write it in")
-    if args.save_runs and Path(args.save_runs).is_dir():
-        raise InvalidRequestError(f"--save-runs {args.save_runs} is a directory; give a file, such as "
-                                  f"{Path(args.save_runs) / 'runs.json'}")
+    output_file(args.save_runs, "--save-runs", "runs.json")
     if args.costs:
         return run_costs(args)
     if args.replay:

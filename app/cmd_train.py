@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .options import COUNT, FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, layer_list, number
+from .options import COUNT, FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, layer_list, number, output_file
 
 
 def _budget(args):
@@ -39,15 +39,6 @@ def _output_dirs(args) -> None:
         path = getattr(args, option, None)
         if path is not None and path.exists() and not path.is_dir():
             raise InvalidRequestError(f"--{option} {path} is a file; give a directory (it is made when missing)")
-
-
-def _report_file(path: Path | None) -> Path | None:
-    """``train eval --out``: a file to write the report to, checked before the evaluation runs."""
-    from engine.errors import InvalidRequestError
-
-    if path is not None and path.is_dir():
-        raise InvalidRequestError(f"--out {path} is a directory; give a file, such as {path / 'report.json'}")
-    return path
 
 
 def _write_report(path: Path, report) -> None:
@@ -189,7 +180,7 @@ def run_eval(args) -> int:
     from engine.loading import assets_dir, embedded_pair
     from training.evaluate import evaluate_target
 
-    _report_file(args.out)
+    output_file(args.out, "--out", "report.json")
     target = args.target or embedded_pair()[0]
     prompts = args.prompts or assets_dir() / "prompts" / "heldout_requests.jsonl"
     report = evaluate_target(target, prompts, args.max_new_tokens, args.threads,
@@ -251,7 +242,7 @@ def run_pass1(args) -> int:
     from engine.runtime import Engine
     from training.pass1 import SandboxLimits, pair_replies, read_tasks, score_pair
 
-    _report_file(args.out)
+    output_file(args.out, "--out", "report.json")
     sets = [(name, path, read_tasks(path)) for name, path in pass1_sets(args)]  # a bad file fails before loading
     quiet = (lambda _line: None) if args.json else print
     reports = []
@@ -413,15 +404,15 @@ def _register_target(sub) -> None:
                         "the added layers are copies spread evenly through the stack whose output projections "
                         "start at zero, so the grown model starts out computing exactly what the init did")
     p.add_argument("--hidden", type=POSITIVE_INT, default=256)
-    p.add_argument("--device", default=None,
-                   help="cpu, cuda, cuda:1 … (default: cuda if available); the weights stay fp32, "
-                        "CUDA runs the forward passes in bf16 autocast")
     p.add_argument("--intermediate", type=POSITIVE_INT, default=768)
     p.add_argument("--heads", type=POSITIVE_INT, default=4)
     p.add_argument("--kv-heads", type=POSITIVE_INT, default=2)
     p.add_argument("--head-dim", type=POSITIVE_INT, default=64)
     p.add_argument("--max-positions", type=POSITIVE_INT, default=1024)
     p.add_argument("--seq-len", type=number(int, 2), default=256)
+    p.add_argument("--device", default=None,
+                   help="cpu, cuda, cuda:1 … (default: cuda if available); the weights stay fp32, "
+                        "CUDA runs the forward passes in bf16 autocast")
     p.add_argument("--batch-size", type=POSITIVE_INT, default=16)
     p.add_argument("--lr", type=NON_NEGATIVE, default=1.5e-3)
     p.add_argument("--decay-minutes", type=POSITIVE, default=None,

@@ -32,6 +32,16 @@ def layer_list(text: str) -> list[int]:
     return layers
 
 
+def output_file(path, option: str, example: str) -> None:
+    """A file a command writes when it ends, refused before any work when it names a directory."""
+    from pathlib import Path
+
+    from engine.errors import InvalidRequestError
+
+    if path is not None and Path(path).is_dir():
+        raise InvalidRequestError(f"{option} {path} is a directory; give a file, such as {Path(path) / example}")
+
+
 POSITIVE_INT = number(int, 1)
 COUNT = number(int, 0)  # zero allowed: "none"
 FRACTION = number(float, 0.0, 1.0, "between 0 and 1")

@@ -346,9 +346,10 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
     work = Path(work) if work else out / "_train"
     shape, cfg = shape or TargetShape(), cfg or TargetTrainConfig()
     budget = budget or Budget(max_minutes=50)
-    if init is None:
+    saved = _saved_config(init) if init is not None else None
+    if saved is None:
         shape.check()
-    positions = _saved_config(init)["max_position_embeddings"] if init else shape.max_positions
+    positions = saved["max_position_embeddings"] if saved else shape.max_positions
     if cfg.seq_len > positions:
         raise InvalidRequestError(f"train target: --seq-len {cfg.seq_len} is above the model's {positions} positions "
                                   "(--max-positions for a new target)")
@@ -360,8 +361,8 @@ def train_target(out: Path, tokenizer_dir: Path, work: Path | None = None,
     if own_replies and (init is None or data_mix != "coder"):
         raise InvalidRequestError("train target: --own-replies needs --init (the model that answers) and --data coder")
     grown_from = None
-    if grow_to and init is not None:
-        grown_from = _saved_depth(init)
+    if grow_to and saved is not None:
+        grown_from = saved["num_hidden_layers"]
         grown_layer_sources(grown_from, grow_to)  # refuses a shrink before the data is built
     data = _target_data(work / "data.pt", tokenizer, corpus, seed, log, data_mix,
                         own=(init, work / "own_replies.jsonl", own_replies) if own_replies else None,
@@ -486,10 +487,6 @@ def _saved_config(model_dir: Path) -> dict:
     import json
 
     return json.loads((Path(model_dir) / "config.json").read_text())
-
-
-def _saved_depth(model_dir: Path) -> int:
-    return _saved_config(model_dir)["num_hidden_layers"]
 
 
 def _looping_continuations(unlikelihood: Path | None, min_span: int, log) -> list:
